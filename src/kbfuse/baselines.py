@@ -1,0 +1,101 @@
+"""The PyTorch implementations every fused kernel is checked and timed against.
+
+Each builder returns a callable `x -> output` that runs under `torch.no_grad()`:
+
+- `eager(model)`: the KernelBench module as written.
+- `torchscript(model, example)`: a frozen trace, `torch.jit.freeze(torch.jit.trace(...))`.
+  Freezing turns parameters into graph constants, so whether in-place parameter updates
+  reach it depends on the optimisations freezing applied; correctness measures that.
+- `inductor(model)`: `torch.compile(model, dynamic=False)` in the default mode; it compiles
+  on the first call, so call it once before timing or CUDA-graph capture.
+
+`tail_module(model, tail)` is the model with its linear layer replaced by `nn.Identity`,
+sharing every other parameter, so the same builders give the tail alone.
+`set_numerics()` fixes the float32 contract (no TF32) for every GPU stage.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from kbfuse.errors import KbfuseError
+
+IMPLEMENTATIONS = ("eager", "torchscript", "inductor")
+
+Program = Callable[[torch.Tensor], torch.Tensor]
+
+
+def set_numerics() -> dict:
+    """Turn TF32 off everywhere and return the settings now in force (for result files).
+
+    Only the legacy switches are used: PyTorch >= 2.9 raises when the legacy and the new
+    `fp32_precision` APIs are mixed, and Inductor still reads the legacy ones.
+    """
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return numerics_in_force()
+
+
+def numerics_in_force() -> dict:
+    return {
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def _without_grad(fn: Callable, name: str) -> Program:
+    def program(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return fn(x)
+
+    program.__name__ = program.__qualname__ = name
+    return program
+
+
+def eager(model: nn.Module) -> Program:
+    return _without_grad(model.eval(), "eager")
+
+
+def torchscript(model: nn.Module, example: torch.Tensor) -> Program:
+    with torch.no_grad():
+        frozen = torch.jit.freeze(torch.jit.trace(model.eval(), example))
+    return _without_grad(frozen, "torchscript")
+
+
+def inductor(model: nn.Module) -> Program:
+    compiled = torch.compile(model.eval(), dynamic=False)
+    return _without_grad(compiled, "inductor")
+
+
+def build(name: str, module: nn.Module, example: torch.Tensor) -> Program:
+    """Implementation `name` (one of IMPLEMENTATIONS) of `module`; `example`: a valid input."""
+    if name == "eager":
+        return eager(module)
+    if name == "torchscript":
+        return torchscript(module, example)
+    if name == "inductor":
+        return inductor(module)
+    raise KbfuseError(f"unknown baseline {name!r}; known: {', '.join(IMPLEMENTATIONS)}")
+
+
+def tail_module(model: nn.Module, tail) -> nn.Module:
+    """A shallow copy of `model` whose linear layer (`tail.linear_attr`) is `nn.Identity`.
+
+    Parameters and buffers are shared with `model` (task 95's add parameter included), so
+    in-place updates reach both; `model` itself is left unchanged.
+    """
+    attr = tail.linear_attr
+    if attr not in model._modules:
+        raise KbfuseError(
+            f"task {tail.task}: model {type(model).__name__} has no submodule {attr!r}"
+        )
+    copied = copy.copy(model)
+    copied._modules = type(model._modules)(model._modules)
+    copied._modules[attr] = nn.Identity()
+    return copied.eval()

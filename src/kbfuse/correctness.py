@@ -1,0 +1,645 @@
+"""Correctness of one implementation of a task: a fused-kernel variant or a compiled baseline.
+
+Every check is a case record (`kbfuse.numerics.compare`, reference = PyTorch eager) in one
+of four groups:
+
+- `full_program`: seeds x distributions, the whole program (model's linear + tail);
+- `timing_input`: the input the timing stage uses (uniform, seed = timing.input_seed);
+- `tail_control`: the tail alone on the real linear output, on boundary values (clamp
+  bounds and their float32 neighbours, the inputs that land on them, zeros, subnormals,
+  large values) and on non-finite values mixed with finite ones;
+- `graph_replay`: the program captured in a CUDA graph, replayed after changing the input,
+  the linear weights and (task 95) the add parameter in place.
+
+The gate (`passed`) is the official predicate, torch.allclose(reference, candidate, atol,
+rtol) with equal_nan=False, on every case. One exception is forced by that predicate: where
+the reference itself holds NaN (the non-finite controls), allclose(reference, reference) is
+False, so no implementation, PyTorch included, could pass. Those cases are gated by the same
+tolerance with equal_nan=True (NaN exactly where the reference has NaN, the official
+predicate everywhere else); the record says so under `gate`, keeps `official_pass` as torch
+returns it, and carries the official comparison of the non-NaN positions. A program that
+cannot be captured in a CUDA graph fails the check `graph/capture`.
+
+Outputs of the kernel are poisoned with NaN before every launch and replay, so an element
+a kernel fails to write cannot pass by inheriting a stale correct value.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from kbfuse import baselines, cudacache
+from kbfuse.errors import KbfuseError
+from kbfuse.inputs import check_distributions, make_input
+from kbfuse.io import read_json, write_json
+from kbfuse.kernelbench import TaskSpec, build_model, load_task, read_pin
+from kbfuse.numerics import compare, f32_from_bits, summarize_cases
+from kbfuse.tails import Tail, model_float, tail_for
+
+SCHEMA_VERSION = 1
+GROUPS = ("full_program", "timing_input", "tail_control", "graph_replay")
+BASELINE_IMPLEMENTATIONS = ("torchscript", "inductor")
+
+# Every tail control is a (CONTROL_ROWS, out_features) tensor, so a compiled tail sees only
+# two shapes (the linear output and this one) and recompiles once.
+CONTROL_ROWS = 64
+# Calls of a compiled baseline on an input before the call that is checked: TorchScript's
+# profiling executor optimises a graph after its first runs, and that optimised graph is
+# what the timing stage measures.
+BASELINE_WARM_CALLS = 2
+GRAPH_WARM_CALLS = 3
+# Inputs of the CUDA-graph checks: captured with one input, replayed with another.
+GRAPH_CAPTURE_SEED = 1000
+GRAPH_REPLAY_SEED = 1001
+GRAPH_WEIGHT_SEED = 1002
+GRAPH_ADD_SEED = 1003
+LINEAR_OUTPUT_SEED = 0
+
+# Clamp bounds written as literals in the pinned forward bodies (task 53's come from the
+# model's nn.Hardtanh). Task 81 clamps swish(x)/2 to [-1, 1] and then tanh of that again;
+# task 95 applies hardtanh(-1, 1) after GELU(tanh(.)).
+LITERAL_BOUNDS = {81: (-1.0, 1.0), 95: (-1.0, 1.0)}
+
+GATE_RULE = (
+    "official predicate torch.allclose(reference, candidate, atol, rtol, equal_nan=False) on "
+    "every case; on cases whose reference holds NaN (where it fails for any implementation) "
+    "the same tolerance with equal_nan=True; plus a capturable CUDA graph"
+)
+
+_logger = logging.getLogger("kbfuse.correctness")
+
+
+class Progress:
+    """Progress lines to the `kbfuse.correctness` logger and, when given, appended to a file."""
+
+    def __init__(self, log: str | os.PathLike | None):
+        self.path = Path(log) if log is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, message: str) -> None:
+        _logger.info(message)
+        if self.path is not None:
+            with open(self.path, "a") as fh:
+                fh.write(message + "\n")
+
+
+# --------------------------------------------------------------------------- request checks
+
+
+def check_request(seeds: Any, distributions: Any, tolerance: Any, input_seed: Any) -> dict:
+    """Validate the study parameters before any work; returns them normalised."""
+    if not isinstance(seeds, Sequence) or isinstance(seeds, str) or not seeds:
+        raise KbfuseError(f"seeds must be a non-empty list of integers, got {seeds!r}")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise KbfuseError(f"seeds: {seed!r} is not a non-negative integer")
+    if len(set(seeds)) != len(seeds):
+        raise KbfuseError(f"seeds repeat: {list(seeds)}")
+    if isinstance(distributions, str) or not isinstance(distributions, Sequence):
+        raise KbfuseError(f"distributions must be a list of names, got {distributions!r}")
+    if not distributions:
+        raise KbfuseError("distributions is empty")
+    if len(set(distributions)) != len(distributions):
+        raise KbfuseError(f"distributions repeat: {list(distributions)}")
+    if not isinstance(tolerance, Mapping):
+        raise KbfuseError(f"tolerance must be a mapping with atol and rtol, got {tolerance!r}")
+    checked_tolerance = {}
+    for key in ("atol", "rtol"):
+        value = tolerance.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise KbfuseError(f"tolerance.{key} must be a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise KbfuseError(f"tolerance.{key} must be finite and >= 0, got {value!r}")
+        checked_tolerance[key] = float(value)
+    if isinstance(input_seed, bool) or not isinstance(input_seed, int) or input_seed < 0:
+        raise KbfuseError(f"input_seed must be a non-negative integer, got {input_seed!r}")
+    return {
+        "seeds": [int(s) for s in seeds],
+        "distributions": check_distributions(distributions),
+        "tolerance": checked_tolerance,
+        "input_seed": int(input_seed),
+    }
+
+
+# --------------------------------------------------------------------------- control values
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def ulp_window(x: float, steps: int) -> list[float]:
+    """float32(x) and its `steps` float32 neighbours on each side, ascending."""
+    centre = np.float32(x)
+    below, above = [], []
+    lo = hi = centre
+    for _ in range(steps):
+        lo = np.nextafter(lo, np.float32(-np.inf))
+        hi = np.nextafter(hi, np.float32(np.inf))
+        below.append(float(lo))
+        above.append(float(hi))
+    return below[::-1] + [float(centre)] + above
+
+
+def _swish_half_crossing(level: float) -> float:
+    """x > 0 with x * sigmoid(x) / 2 == level, in float64 (bisection; monotonic for x > 0)."""
+    lo, hi = 0.0, 64.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid / (1 + math.exp(-mid)) / 2 < level:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def bound_values(task: int, model) -> list[float]:
+    """Tail inputs at and next to the task's clamp bounds, and inputs that land on them.
+
+    53: hardtanh bounds from the model, their neighbours, and the pre-scale values
+        bound / scaling_factor (+- 2 ulps) that the scale maps onto them;
+    81: the clamp bounds +-1 and neighbours, and +-4 ulps around the input whose
+        swish(x)/2 reaches the upper clamp (the lower one, -1, is below swish's minimum);
+    95: the hardtanh bounds +-1 and neighbours (add parameter: see the minus-add control).
+    """
+    if task == 53:
+        scale = model_float(model, "scaling_factor", task)
+        bounds = [
+            model_float(model, "hardtanh.min_val", task),
+            model_float(model, "hardtanh.max_val", task),
+        ]
+        values = [v for b in bounds for v in ulp_window(float(b), 1)]
+        for b in bounds:
+            values += ulp_window(float(np.float32(b) / scale), 2)
+    elif task in LITERAL_BOUNDS:
+        values = [v for b in LITERAL_BOUNDS[task] for v in ulp_window(b, 1)]
+        if task == 81:
+            values += ulp_window(_swish_half_crossing(LITERAL_BOUNDS[81][1]), 4)
+    else:
+        raise KbfuseError(f"task {task} has no boundary controls")
+    return sorted(set(values))
+
+
+def tiny_values() -> list[float]:
+    """Signed zeros, subnormals (smallest, largest, between) and small normal values."""
+    smallest_subnormal = f32_from_bits(0x00000001)
+    largest_subnormal = f32_from_bits(0x007FFFFF)
+    smallest_normal = f32_from_bits(0x00800000)
+    magnitudes = [
+        smallest_subnormal,
+        _f32(1e-42),
+        _f32(1e-40),
+        largest_subnormal,
+        smallest_normal,
+        _f32(1e-37),
+        _f32(1e-30),
+        _f32(1e-20),
+        _f32(1e-10),
+        _f32(1e-7),
+    ]
+    return [0.0, -0.0] + [s * m for m in magnitudes for s in (1.0, -1.0)]
+
+
+def large_values() -> list[float]:
+    """Large magnitudes: where exp() in sigmoid/erf saturates or gives subnormal results."""
+    float32_max = f32_from_bits(0x7F7FFFFF)
+    magnitudes = [8.0, 10.0, 20.0, 87.5, 88.0, 88.5, 89.0, 100.0, 1e10, 1e30, float32_max]
+    return [s * m for m in magnitudes for s in (1.0, -1.0)]
+
+
+# Non-finite values between finite ones; -inf and NaN give NaN through swish (-inf * 0).
+NONFINITE_PATTERN = (math.inf, 1.0, -math.inf, -0.5, math.nan, 0.25, -88.0, 2.5, 0.0, -3.0, -0.0)
+
+
+def value_rows(values: Sequence[float], cols: int, rows: int = CONTROL_ROWS) -> torch.Tensor:
+    """(rows, cols) float32 CPU tensor; row i holds values[i % len(values)] in every column."""
+    if not values or len(values) > rows:
+        raise KbfuseError(f"need 1..{rows} control values, got {len(values)}")
+    column = torch.tensor([values[i % len(values)] for i in range(rows)], dtype=torch.float32)
+    return column[:, None].expand(rows, cols).contiguous()
+
+
+def mixed_rows(pattern: Sequence[float], cols: int, rows: int = CONTROL_ROWS) -> torch.Tensor:
+    """(rows, cols) float32 CPU tensor; element (i, j) = pattern[(i + j) % len(pattern)]."""
+    values = torch.tensor(list(pattern), dtype=torch.float32)
+    index = (torch.arange(rows)[:, None] + torch.arange(cols)[None, :]) % len(pattern)
+    return values[index].contiguous()
+
+
+def control_inputs(task: int, model, cols: int) -> dict[str, torch.Tensor]:
+    """The tail-control inputs (CPU tensors, CONTROL_ROWS x cols) by case name."""
+    return {
+        "tail/bounds": value_rows(bound_values(task, model), cols),
+        "tail/zeros_tiny": value_rows(tiny_values(), cols),
+        "tail/large": value_rows(large_values(), cols),
+        "tail/nonfinite": mixed_rows(NONFINITE_PATTERN, cols),
+    }
+
+
+# --------------------------------------------------------------------------- case gating
+
+
+def check_case(
+    reference: torch.Tensor,
+    candidate: torch.Tensor,
+    tolerance: Mapping[str, float],
+    name: str,
+    group: str,
+) -> dict:
+    """numerics.compare's record plus `gate` and `gate_pass` (see the module docstring)."""
+    atol, rtol = tolerance["atol"], tolerance["rtol"]
+    record = compare(reference, candidate, atol, rtol, name=name, group=group)
+    nan_in_reference = torch.isnan(reference)
+    if not bool(nan_in_reference.any()):
+        record["gate"] = "official"
+        record["gate_pass"] = record["official_pass"]
+        return record
+    record["gate"] = "official_equal_nan"
+    record["gate_pass"] = bool(
+        torch.allclose(reference, candidate, atol=atol, rtol=rtol, equal_nan=True)
+    )
+    keep = ~nan_in_reference
+    record["official_on_non_nan_reference"] = compare(
+        reference[keep], candidate[keep], atol, rtol, name=f"{name}[non-NaN reference]", group=group
+    )
+    return record
+
+
+def assemble(cases: list[dict], graph_capture: dict) -> dict:
+    """cases, summary, passed and failing_checks of one implementation."""
+    failing = [case["name"] for case in cases if not case["gate_pass"]]
+    if not graph_capture["capturable"]:
+        failing.append("graph/capture")
+    return {
+        "cases": cases,
+        "summary": summarize_cases(cases),
+        "passed": not failing,
+        "failing_checks": failing,
+        "graph_capture": graph_capture,
+    }
+
+
+# --------------------------------------------------------------------------- GPU checks
+
+
+@dataclass
+class Subject:
+    """One implementation under test.
+
+    full(x) and tail(y) return fresh outputs; capture(x) is what a CUDA graph records.
+    """
+
+    name: str
+    full: Callable[[torch.Tensor], torch.Tensor]
+    tail: Callable[[torch.Tensor], torch.Tensor]
+    capture: Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class _Replay:
+    graph: torch.cuda.CUDAGraph
+    x: torch.Tensor
+    out: torch.Tensor
+
+
+def _repeat_calls(program: Callable, calls: int) -> Callable:
+    def steady(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(calls):
+            program(x)
+        return program(x)
+
+    return steady
+
+
+class TaskChecks:
+    """The cases of one task model; `run(subject)` checks one implementation."""
+
+    def __init__(self, spec: TaskSpec, model, tail: Tail, request: dict, progress: Progress):
+        self.spec = spec
+        self.model = model
+        self.tail = tail
+        self.linear = tail.linear(model)
+        self.request = request
+        self.tolerance = request["tolerance"]
+        self.progress = progress
+        self.device = self.linear.weight.device
+        self.shape = tuple(spec.input_shape())
+
+    def input(self, distribution: str, seed: int) -> torch.Tensor:
+        return make_input(distribution, self.shape, seed, self.device)
+
+    def eager(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model(x)
+
+    def linear_output(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.linear(x).contiguous()
+
+    def case(self, reference, candidate, name: str, group: str, subject: Subject) -> dict:
+        record = check_case(reference, candidate, self.tolerance, name, group)
+        self.progress(
+            f"{subject.name} {name}: gate {'pass' if record['gate_pass'] else 'FAIL'}, "
+            f"bit_equal {record['bit_equal']}/{record['elements']}, "
+            f"max_ratio_official {record['max_ratio_official']:.3g}"
+        )
+        return record
+
+    def full_program(self, subject: Subject) -> list[dict]:
+        cases = []
+        for seed in self.request["seeds"]:
+            for distribution in self.request["distributions"]:
+                x = self.input(distribution, seed)
+                cases.append(
+                    self.case(
+                        self.eager(x),
+                        subject.full(x),
+                        f"seed{seed}/{distribution}",
+                        "full_program",
+                        subject,
+                    )
+                )
+                del x
+        return cases
+
+    def timing_input(self, subject: Subject) -> list[dict]:
+        seed = self.request["input_seed"]
+        x = self.input("uniform", seed)
+        return [
+            self.case(
+                self.eager(x),
+                subject.full(x),
+                f"timing/seed{seed}/uniform",
+                "timing_input",
+                subject,
+            )
+        ]
+
+    def control_tensors(self) -> dict[str, torch.Tensor]:
+        y = self.linear_output(self.input("uniform", LINEAR_OUTPUT_SEED))
+        controls = {"tail/linear_output": y}
+        cols = self.linear.out_features
+        for name, values in control_inputs(self.spec.task, self.model, cols).items():
+            controls[name] = values.to(self.device)
+        if self.spec.task == 95:
+            # (v - add) + add lands on or next to v: the bound values after the add.
+            add = self.tail.add_value(self.model).detach()
+            with torch.no_grad():
+                controls["tail/bounds_minus_add"] = (controls["tail/bounds"] - add).contiguous()
+        return controls
+
+    def tail_controls(self, subject: Subject) -> list[dict]:
+        cases = []
+        for name, y in self.control_tensors().items():
+            reference = self.tail.reference(self.model, y)
+            cases.append(self.case(reference, subject.tail(y), name, "tail_control", subject))
+        return cases
+
+    def _new_linear_parameters(self) -> dict[str, torch.Tensor]:
+        # Uniform in +-1/sqrt(in_features), nn.Linear's own initialisation range.
+        bound = 1.0 / math.sqrt(self.linear.in_features)
+        fresh = {}
+        for index, (name, param) in enumerate(self.linear.named_parameters()):
+            draw = make_input("uniform", tuple(param.shape), GRAPH_WEIGHT_SEED + index)
+            fresh[name] = ((draw * 2 - 1) * bound).to(self.device)
+        return fresh
+
+    def graph_replay(self, subject: Subject) -> tuple[list[dict], dict]:
+        static_x = self.input("uniform", GRAPH_CAPTURE_SEED)
+        try:
+            graph, static_out = capture_graph(subject.capture, static_x, GRAPH_WARM_CALLS)
+        except Exception as exc:  # recorded as the failing check graph/capture
+            torch.cuda.synchronize()
+            self.progress(f"{subject.name} graph/capture: FAIL ({type(exc).__name__}: {exc})")
+            return [], {"capturable": False, "error": f"{type(exc).__name__}: {exc}"}
+        self.progress(f"{subject.name} graph/capture: captured")
+
+        saved = {name: p.detach().clone() for name, p in self.model.named_parameters()}
+        replay = _Replay(graph, static_x, static_out)
+        cases = []
+        try:
+            with torch.no_grad():
+                static_x.copy_(self.input("uniform", GRAPH_REPLAY_SEED))
+            cases.append(self.replay_case(replay, "graph/new_input", subject))
+
+            with torch.no_grad():
+                for name, value in self._new_linear_parameters().items():
+                    getattr(self.linear, name).copy_(value)
+            cases.append(self.replay_case(replay, "graph/new_weights", subject))
+
+            if self.spec.task == 95:
+                add = self.tail.add_value(self.model)
+                with torch.no_grad():
+                    add.copy_(make_input("normal", tuple(add.shape), GRAPH_ADD_SEED).to(add))
+                cases.append(self.replay_case(replay, "graph/new_add_value", subject))
+        finally:
+            with torch.no_grad():
+                for name, param in self.model.named_parameters():
+                    param.copy_(saved[name])
+            torch.cuda.synchronize()
+        return cases, {"capturable": True, "error": None}
+
+    def replay_case(self, replay: _Replay, name: str, subject: Subject) -> dict:
+        """Poison the static output, replay, compare with eager on the current values."""
+        replay.out.fill_(math.nan)
+        replay.graph.replay()
+        return self.case(self.eager(replay.x), replay.out, name, "graph_replay", subject)
+
+    def run(self, subject: Subject) -> dict:
+        self.progress(f"checking {subject.name} on task {self.spec.task}")
+        cases = self.full_program(subject)
+        cases += self.timing_input(subject)
+        cases += self.tail_controls(subject)
+        torch.cuda.empty_cache()
+        replay_cases, capture = self.graph_replay(subject)
+        cases += replay_cases
+        torch.cuda.empty_cache()
+        result = assemble(cases, capture)
+        self.progress(
+            f"{subject.name}: {'passed' if result['passed'] else 'FAILED'} "
+            f"({result['summary']['bit_identical_cases']}/{len(cases)} cases bit-identical; "
+            f"failing: {result['failing_checks']})"
+        )
+        return result
+
+
+def capture_graph(program: Callable, static_x: torch.Tensor, warm_calls: int):
+    """(graph, static output) of program(static_x), warmed up on a side stream as torch asks."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warm_calls):
+            program(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = program(static_x)
+    torch.cuda.synchronize()
+    return graph, static_out
+
+
+def variant_subject(name: str, mod, tail: Tail, model) -> Subject:
+    """The fused kernel: the model's own linear, then the kernel tail; outputs NaN-poisoned."""
+    from kbfuse.launch import FusedProgram, run_tail
+
+    program = FusedProgram(mod, tail, model)
+    out_features = tail.linear(model).out_features
+
+    def full(x: torch.Tensor) -> torch.Tensor:
+        out = torch.full((x.shape[0], out_features), math.nan, dtype=x.dtype, device=x.device)
+        return program(x, out=out)
+
+    def tail_only(y: torch.Tensor) -> torch.Tensor:
+        return run_tail(mod, tail, model, y, out=torch.full_like(y, math.nan))
+
+    return Subject(name=name, full=full, tail=tail_only, capture=program)
+
+
+def baseline_subject(name: str, model, tail: Tail, x_example, y_example) -> Subject:
+    """A compiled baseline of the full model and of the tail module."""
+    full = baselines.build(name, model, x_example)
+    tail_only = baselines.build(name, baselines.tail_module(model, tail), y_example)
+    return Subject(
+        name=name,
+        full=_repeat_calls(full, BASELINE_WARM_CALLS),
+        tail=_repeat_calls(tail_only, BASELINE_WARM_CALLS),
+        capture=full,
+    )
+
+
+# --------------------------------------------------------------------------- stage entry points
+
+
+def _load(task: int, checkout, pin_path, request: dict, progress: Progress):
+    tail = tail_for(task)
+    spec = load_task(checkout, read_pin(pin_path), task)
+    if not torch.cuda.is_available():
+        raise KbfuseError(f"correctness of task {task} needs a CUDA GPU, but torch sees none")
+    numerics = baselines.set_numerics()
+    model = build_model(spec, seed=request["input_seed"], device="cuda")
+    progress(
+        f"task {task} ({spec.name}, sha256 {spec.sha256[:12]}, pin {spec.pin_commit[:12]}): "
+        f"input shape {spec.input_shape()}, model seed {request['input_seed']}"
+    )
+    return TaskChecks(spec, model, tail, request, progress), numerics
+
+
+def _shape(checks: TaskChecks) -> dict:
+    batch, in_features = checks.shape
+    return {
+        "batch": batch,
+        "in_features": in_features,
+        "out_features": checks.linear.out_features,
+    }
+
+
+def run_correctness(
+    task: int,
+    variant: str,
+    artifact,
+    meta_path,
+    checkout,
+    pin_path,
+    seeds,
+    distributions,
+    tolerance,
+    input_seed: int,
+    out,
+    log=None,
+) -> dict:
+    """Check one compiled variant on one task; write results/correctness/{task}/{variant}.json."""
+    from kbfuse.launch import LoadedModule
+
+    progress = Progress(log)
+    request = check_request(seeds, distributions, tolerance, input_seed)
+    meta = read_json(meta_path)
+    if meta.get("variant") != variant:
+        raise KbfuseError(
+            f"compile metadata {meta_path} is for variant {meta.get('variant')!r}, not {variant!r}"
+        )
+    checks, numerics = _load(task, checkout, pin_path, request, progress)
+    mod = LoadedModule.load(artifact, meta)
+    progress(f"loaded {artifact} (variant {variant}, route {meta.get('route')})")
+    result = checks.run(variant_subject(variant, mod, checks.tail, checks.model))
+    record = {
+        "kind": "correctness",
+        "schema_version": SCHEMA_VERSION,
+        "task": int(task),
+        "implementation": variant,
+        "provenance": {
+            "variant": variant,
+            "kernel": meta.get("kernel"),
+            "route": meta.get("route"),
+            "actual_options": meta.get("actual_options"),
+            "artifact_sha256": meta.get("artifact_sha256"),
+            "pin_commit": checks.spec.pin_commit,
+            "task_sha256": checks.spec.sha256,
+        },
+        "tolerance": request["tolerance"],
+        "shape": _shape(checks),
+        "gate": GATE_RULE,
+        "numerics": numerics,
+        **result,
+        "cuda_cache": cudacache.current_setting(),
+    }
+    write_json(out, record)
+    progress(f"wrote {out}")
+    return record
+
+
+def run_baselines(
+    task: int,
+    checkout,
+    pin_path,
+    seeds,
+    distributions,
+    tolerance,
+    input_seed: int,
+    out,
+    log=None,
+    implementations: Sequence[str] = BASELINE_IMPLEMENTATIONS,
+) -> dict:
+    """Check the compiled baselines like a variant; write correctness/{task}/baselines.json."""
+    progress = Progress(log)
+    request = check_request(seeds, distributions, tolerance, input_seed)
+    for name in implementations:
+        if name not in BASELINE_IMPLEMENTATIONS:
+            raise KbfuseError(
+                f"unknown compiled baseline {name!r}; known: {', '.join(BASELINE_IMPLEMENTATIONS)}"
+            )
+    checks, numerics = _load(task, checkout, pin_path, request, progress)
+    x_example = checks.input("uniform", request["input_seed"])
+    y_example = checks.linear_output(x_example)
+    results = {}
+    for name in implementations:
+        progress(f"building {name} for task {task}")
+        subject = baseline_subject(name, checks.model, checks.tail, x_example, y_example)
+        results[name] = checks.run(subject)
+        del subject
+        torch.cuda.empty_cache()
+    record = {
+        "kind": "correctness_baselines",
+        "schema_version": SCHEMA_VERSION,
+        "task": int(task),
+        "provenance": {"pin_commit": checks.spec.pin_commit, "task_sha256": checks.spec.sha256},
+        "tolerance": request["tolerance"],
+        "shape": _shape(checks),
+        "gate": GATE_RULE,
+        "numerics": numerics,
+        "implementations": results,
+        "cuda_cache": cudacache.current_setting(),
+    }
+    write_json(out, record)
+    progress(f"wrote {out}")
+    return record

@@ -1,0 +1,65 @@
+"""Which kbfuse source files a module depends on, so rules can list them as inputs.
+
+Snakemake reruns a job when its script changes but knows nothing of the modules the
+script imports; rules name `module_files("<module>")` as an input instead, and an edit
+to any module in the closure reruns the job.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+PACKAGE = "kbfuse"
+SRC = Path(__file__).resolve().parent
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import inside the package
+                base = node.module or ""
+                names = [base] if base else [alias.name for alias in node.names]
+                names = [f"{PACKAGE}.{n}" for n in names]
+            else:
+                base = node.module or ""
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == PACKAGE and len(parts) >= 2:
+                found.add(parts[1])
+    return found
+
+
+@cache
+def module_closure(module: str, src: Path = SRC) -> tuple[str, ...]:
+    """Sorted module names reachable from `module` through kbfuse imports (itself included)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = src / f"{name}.py"
+        if not path.is_file():
+            if name == module:
+                raise FileNotFoundError(f"no kbfuse module {name!r} at {path}")
+            continue  # a name imported from a module, not a module itself
+        seen.add(name)
+        todo.extend(_imported_modules(path) - seen)
+    return tuple(sorted(seen))
+
+
+def module_files(*modules: str, root: str = "src/kbfuse") -> list[str]:
+    """Paths (relative to the workflow root) of every module in the closures of `modules`."""
+    names: set[str] = set()
+    for module in modules:
+        names.update(module_closure(module))
+    return [f"{root}/{name}.py" for name in sorted(names)]

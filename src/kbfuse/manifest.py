@@ -1,0 +1,220 @@
+"""A hash manifest of one run's result files, and its verification.
+
+The manifest records, for every result file (path relative to the results directory, sorted),
+its sha256 and size, together with the environment fingerprint (env/fingerprint.json), the
+resolved config and the KernelBench pin record (kernelbench/pin.json). It holds no timestamps,
+so the same results give the same manifest, byte for byte.
+
+`content_sha256` is the sha256 of the manifest's canonical JSON without that key: an edit of
+the manifest that does not also recompute it is caught, and so is any byte that departs from
+the canonical form (`kbfuse.io.dumps_json`). This detects accidents and careless edits, not a
+deliberate forger, who can recompute the hash: it is a checksum, not a signature.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kbfuse import __version__
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_text
+
+MANIFEST_KIND = "manifest"
+SCHEMA_VERSION = 1
+FINGERPRINT = "env/fingerprint.json"
+PIN = "kernelbench/pin.json"
+
+
+def content_sha256(manifest: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "content_sha256"}
+    return sha256_bytes(dumps_json(body).encode())
+
+
+def _relative(root: Path, file: str | os.PathLike) -> str:
+    """A result file as a POSIX path relative to root; given relative to cwd or to root."""
+    path = Path(file)
+    if not path.is_absolute() and not path.exists() and (root / path).exists():
+        path = root / path
+    if not path.is_file():
+        raise KbfuseError(f"manifest input {file} is not a file")
+    try:
+        rel = path.resolve().relative_to(root.resolve())
+    except ValueError:
+        raise KbfuseError(f"manifest input {file} is not inside results dir {root}") from None
+    return rel.as_posix()
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def build_manifest(
+    results_dir: str | os.PathLike,
+    files: Iterable[str | os.PathLike],
+    config: Mapping[str, Any],
+    out: str | os.PathLike,
+) -> dict[str, Any]:
+    """Hash every result file and write the manifest to `out`; return it.
+
+    env/fingerprint.json and kernelbench/pin.json are always included (the manifest quotes
+    them, so verification can check the quotes against the files).
+    """
+    root = Path(results_dir)
+    rels = {_relative(root, f) for f in files}
+    for required in (FINGERPRINT, PIN):
+        if not (root / required).is_file():
+            raise KbfuseError(f"manifest needs {root / required}, which is missing")
+        rels.add(required)
+    out_path = Path(out)
+    if out_path.resolve().parent.is_relative_to(root.resolve()):
+        out_rel = out_path.resolve().relative_to(root.resolve()).as_posix()
+        if out_rel in rels:
+            raise KbfuseError(f"manifest output {out} is also listed as one of its inputs")
+    manifest: dict[str, Any] = {
+        "kind": MANIFEST_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "generator": {"kbfuse": __version__},
+        "config": json.loads(dumps_json(dict(config))),
+        "fingerprint": read_json(root / FINGERPRINT),
+        "kernelbench_pin": read_json(root / PIN),
+        "files": {rel: file_record(root / rel) for rel in sorted(rels)},
+    }
+    manifest["content_sha256"] = content_sha256(manifest)
+    write_text(out_path, dumps_json(manifest))
+    return manifest
+
+
+def _first(node: Any, *paths: str) -> Any:
+    """The first scalar found at one of the dotted paths (fingerprint fields vary in depth)."""
+    for path in paths:
+        value = node
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None and not isinstance(value, Mapping | list):
+            return value
+    return None
+
+
+def environment_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Which machine produced the results: GPU, driver, CUDA, torch (and friends)."""
+    fp = manifest.get("fingerprint") or {}
+    return {
+        "gpu": _first(fp, "gpu.name"),
+        "compute_capability": _first(fp, "gpu.compute_capability"),
+        "driver": _first(fp, "driver.nvidia_smi.driver_version", "driver"),
+        "driver_cuda": _first(fp, "driver.cuda_driver_api.cuda"),
+        "cuda": _first(fp, "cuda_runtime.cuda", "cuda_runtime"),
+        "torch": _first(fp, "torch"),
+        "torch_cuda": _first(fp, "torch_cuda"),
+        "cupy": _first(fp, "cupy"),
+        "nvrtc": _first(fp, "nvrtc.version", "nvrtc"),
+        "triton": _first(fp, "triton"),
+        "python": _first(fp, "python"),
+    }
+
+
+def is_safe_relpath(rel: str) -> bool:
+    p = PurePosixPath(rel)
+    return bool(rel) and not p.is_absolute() and ".." not in p.parts and "\\" not in rel
+
+
+def _walk_files(root: Path) -> list[str]:
+    found = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            found.append((Path(dirpath) / name).relative_to(root).as_posix())
+    return sorted(found)
+
+
+def load_manifest(manifest: str | os.PathLike | Mapping[str, Any]) -> tuple[dict, list[str]]:
+    """The manifest and the problems with its own form (canonical bytes, kind, content hash)."""
+    problems: list[str] = []
+    if isinstance(manifest, Mapping):
+        data = dict(manifest)
+        label = "manifest"
+    else:
+        label = str(manifest)
+        raw = Path(manifest).read_bytes()
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise KbfuseError(f"manifest {label} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise KbfuseError(f"manifest {label}: expected a JSON object")
+        if dumps_json(data).encode() != raw:
+            problems.append(f"{label}: bytes differ from the canonical form (edited)")
+    if data.get("kind") != MANIFEST_KIND:
+        raise KbfuseError(f"manifest {label}: field kind is {data.get('kind')!r}, not 'manifest'")
+    if not isinstance(data.get("files"), Mapping):
+        raise KbfuseError(f"manifest {label}: field files is missing or not a mapping")
+    if data.get("content_sha256") != content_sha256(data):
+        problems.append(f"{label}: field content_sha256 does not match its content (edited)")
+    return data, problems
+
+
+def verify_manifest(
+    root: str | os.PathLike,
+    manifest: str | os.PathLike | Mapping[str, Any],
+    *,
+    ignore: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Compare the files under `root` with the manifest.
+
+    Returns a report: `changed` (sha256 or size differ), `missing`, `extra` (files under root
+    the manifest does not list; `ignore` holds glob patterns of relative paths to skip),
+    `manifest_problems` (its form, or quotes of fingerprint/pin that differ from the files),
+    `environment` and `ok`.
+    """
+    root = Path(root)
+    data, problems = load_manifest(manifest)
+    listed = data["files"]
+    changed, missing = [], []
+    for rel in sorted(listed):
+        if not is_safe_relpath(rel):
+            problems.append(f"manifest lists an unsafe path {rel!r}")
+            continue
+        path = root / rel
+        if not path.is_file():
+            missing.append(rel)
+            continue
+        actual, expected = file_record(path), listed[rel]
+        if actual["sha256"] != expected.get("sha256") or actual["bytes"] != expected.get("bytes"):
+            changed.append(
+                {
+                    "path": rel,
+                    "expected_sha256": expected.get("sha256"),
+                    "actual_sha256": actual["sha256"],
+                    "expected_bytes": expected.get("bytes"),
+                    "actual_bytes": actual["bytes"],
+                }
+            )
+    patterns = list(ignore)
+    extra = [
+        rel
+        for rel in _walk_files(root)
+        if rel not in listed and not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
+    ]
+    for rel, key in ((FINGERPRINT, "fingerprint"), (PIN, "kernelbench_pin")):
+        path = root / rel
+        if rel in listed and path.is_file():
+            try:
+                on_disk = read_json(path)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue  # already reported as changed
+            if on_disk != data.get(key):
+                problems.append(f"manifest field {key} differs from {rel}")
+    return {
+        "ok": not (changed or missing or extra or problems),
+        "checked": len(listed),
+        "changed": changed,
+        "missing": missing,
+        "extra": extra,
+        "manifest_problems": problems,
+        "environment": environment_of(data),
+        "pin": {k: (data.get("kernelbench_pin") or {}).get(k) for k in ("url", "commit")},
+    }

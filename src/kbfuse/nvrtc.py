@@ -1,0 +1,292 @@
+"""ctypes binding to libnvrtc: compile CUDA C++ to PTX and, for sm_XY targets, a cubin.
+
+No CUDA driver, GPU or CuPy is needed: the pip wheel `nvidia-cuda-nvrtc` is enough. The library is
+searched in this order (first hit wins):
+
+1. the file named by the environment variable KBFUSE_NVRTC_LIBRARY;
+2. the pip wheels, found through the `nvidia` namespace package: `nvidia/cu13/lib/libnvrtc.so.13`
+   (nvidia-cuda-nvrtc 13.x) and `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` (nvidia-cuda-nvrtc-cu12);
+3. `$CUDA_HOME/lib64` and `$CUDA_PATH/lib64`;
+4. `/usr/local/cuda/lib64`;
+5. `ctypes.util.find_library("nvrtc")`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbfuse.errors import KbfuseError
+
+LIBRARY_ENV = "KBFUSE_NVRTC_LIBRARY"
+
+# (path inside the `nvidia` namespace package, pip distribution that ships it)
+WHEEL_LIBRARIES = (
+    ("cu13/lib/libnvrtc.so.13", "nvidia-cuda-nvrtc"),
+    ("cuda_nvrtc/lib/libnvrtc.so.12", "nvidia-cuda-nvrtc-cu12"),
+)
+SYSTEM_LIBRARY_NAMES = ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")
+
+NVRTC_SUCCESS = 0
+
+
+@dataclass(frozen=True)
+class NvrtcLibrary:
+    """A loaded libnvrtc and where its identity came from."""
+
+    path: str  # resolved file that was loaded
+    version: str  # "major.minor" from nvrtcVersion()
+    full_version: str | None  # e.g. "13.0.88", from pip metadata or the file name
+    source: str  # which search step found it
+    handle: ctypes.CDLL
+
+
+@dataclass(frozen=True)
+class NvrtcResult:
+    """Output of one NVRTC compile. `cubin` is None for compute_XY (PTX-only) targets."""
+
+    ptx: str | None
+    cubin: bytes | None
+    log: str
+    version: str
+    library: str
+    full_version: str | None
+    options: tuple[str, ...]
+
+
+def _wheel_candidates() -> list[tuple[Path, str]]:
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    found = []
+    for root in spec.submodule_search_locations:
+        for relative, dist in WHEEL_LIBRARIES:
+            path = Path(root) / relative
+            if path.is_file():
+                found.append((path, dist))
+    return found
+
+
+def _toolkit_candidates() -> list[tuple[Path, str]]:
+    found = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home:
+            for name in SYSTEM_LIBRARY_NAMES:
+                path = Path(home) / "lib64" / name
+                if path.is_file():
+                    found.append((path, f"${var}"))
+    for name in SYSTEM_LIBRARY_NAMES:
+        path = Path("/usr/local/cuda/lib64") / name
+        if path.is_file():
+            found.append((path, "/usr/local/cuda"))
+    return found
+
+
+def _dist_version_owning(path: Path, dist: str) -> str | None:
+    """Version of pip distribution `dist` if it really installed `path`."""
+    try:
+        distribution = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    target = path.resolve()
+    for file in distribution.files or ():
+        if Path(distribution.locate_file(file)).resolve() == target:
+            return distribution.version
+    return None
+
+
+def full_version_of(path: Path) -> str | None:
+    """Full version (e.g. "13.0.88") of a libnvrtc file: from the pip wheel that installed it, or
+    from a versioned file name (libnvrtc.so.13.0.88); None when neither tells."""
+    for _, dist in WHEEL_LIBRARIES:
+        version = _dist_version_owning(path, dist)
+        if version:
+            return version
+    return _version_from_file_name(path)
+
+
+def _version_from_file_name(path: Path) -> str | None:
+    match = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)*)$", path.resolve().name)
+    return match.group(1) if match else None
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    p = ctypes.c_void_p
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    signatures = {
+        "nvrtcVersion": [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)],
+        "nvrtcCreateProgram": [
+            ctypes.POINTER(p),
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(ctypes.c_char_p),
+        ],
+        "nvrtcCompileProgram": [p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+        "nvrtcGetProgramLogSize": [p, size_p],
+        "nvrtcGetProgramLog": [p, ctypes.c_char_p],
+        "nvrtcGetPTXSize": [p, size_p],
+        "nvrtcGetPTX": [p, ctypes.c_char_p],
+        "nvrtcGetCUBINSize": [p, size_p],
+        "nvrtcGetCUBIN": [p, ctypes.c_char_p],
+        "nvrtcDestroyProgram": [ctypes.POINTER(p)],
+    }
+    for name, argtypes in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+
+def _preload_builtins(path: Path) -> None:
+    """Load libnvrtc-builtins from the directory of `path` first.
+
+    libnvrtc dlopen()s its builtins library by bare name at compile time; the pip wheel's directory
+    is not on the loader's search path, so without this the compile fails with "failed to open
+    libnvrtc-builtins.so.13.0". A library already loaded under that soname satisfies the dlopen.
+    """
+    if not path.is_absolute():
+        return
+    for builtins in sorted(path.resolve().parent.glob("libnvrtc-builtins.so.*")):
+        ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+        return
+
+
+def _load(path: Path, source: str) -> NvrtcLibrary:
+    try:
+        _preload_builtins(path)
+        handle = ctypes.CDLL(str(path))
+        _bind(handle)
+    except (OSError, AttributeError) as exc:
+        raise KbfuseError(f"cannot load NVRTC library {path} (found via {source}): {exc}") from exc
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    rc = handle.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    if rc != NVRTC_SUCCESS:
+        raise KbfuseError(f"nvrtcVersion failed with code {rc} in {path}")
+    full = full_version_of(path) if path.is_absolute() else None
+    return NvrtcLibrary(
+        path=str(path.resolve())
+        if path.is_absolute()
+        else str(path),  # bare soname: loader found it
+        version=f"{major.value}.{minor.value}",
+        full_version=full,
+        source=source,
+        handle=handle,
+    )
+
+
+@functools.cache
+def load_library() -> NvrtcLibrary:
+    """Find and load libnvrtc (search order in the module docstring)."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise KbfuseError(f"{LIBRARY_ENV}={override} does not name a file")
+        return _load(path.absolute(), LIBRARY_ENV)
+    wheels = _wheel_candidates()
+    if wheels:
+        path, dist = wheels[0]
+        return _load(path, f"pip wheel {dist}")
+    toolkits = _toolkit_candidates()
+    if toolkits:
+        return _load(*toolkits[0])
+    name = ctypes.util.find_library("nvrtc")
+    if name:
+        return _load(Path(name), "ctypes.util.find_library")
+    raise KbfuseError(
+        "NVRTC library not found: set KBFUSE_NVRTC_LIBRARY, `pip install nvidia-cuda-nvrtc`, "
+        "or set CUDA_HOME to a CUDA toolkit"
+    )
+
+
+def _error_string(lib: NvrtcLibrary, code: int) -> str:
+    text = lib.handle.nvrtcGetErrorString(code)
+    return text.decode() if text else f"NVRTC error {code}"
+
+
+def _check(lib: NvrtcLibrary, code: int, call: str) -> None:
+    if code != NVRTC_SUCCESS:
+        raise KbfuseError(f"{call} failed: {_error_string(lib, code)}")
+
+
+def _read_blob(lib: NvrtcLibrary, prog, size_fn: str, get_fn: str) -> bytes:
+    size = ctypes.c_size_t()
+    _check(lib, getattr(lib.handle, size_fn)(prog, ctypes.byref(size)), size_fn)
+    buf = ctypes.create_string_buffer(size.value)
+    _check(lib, getattr(lib.handle, get_fn)(prog, buf), get_fn)
+    return buf.raw[: size.value]
+
+
+def _program_log(lib: NvrtcLibrary, prog) -> str:
+    return (
+        _read_blob(lib, prog, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog")
+        .rstrip(b"\0")
+        .decode(errors="replace")
+    )
+
+
+def targets_real_arch(options) -> bool:
+    """True when the options name an sm_XY target (NVRTC then also produces a cubin)."""
+    for opt in options:
+        for prefix in ("-arch=", "--gpu-architecture="):
+            if opt.startswith(prefix) and opt[len(prefix) :].startswith("sm_"):
+                return True
+    return False
+
+
+def compile_program(source: str, options, name: str = "kernel.cu") -> NvrtcResult:
+    """Compile `source` with exactly `options`; PTX always, cubin when the target is sm_XY.
+
+    A compile failure raises KbfuseError carrying the full NVRTC log.
+    """
+    lib = load_library()
+    options = tuple(str(o) for o in options)
+    prog = ctypes.c_void_p()
+    _check(
+        lib,
+        lib.handle.nvrtcCreateProgram(
+            ctypes.byref(prog), source.encode(), name.encode(), 0, None, None
+        ),
+        "nvrtcCreateProgram",
+    )
+    try:
+        encoded = [o.encode() for o in options]
+        argv = (ctypes.c_char_p * max(len(encoded), 1))(*encoded)
+        rc = lib.handle.nvrtcCompileProgram(prog, len(encoded), argv)
+        log = _program_log(lib, prog)
+        if rc != NVRTC_SUCCESS:
+            raise KbfuseError(
+                f"NVRTC {lib.version} ({lib.path}) failed to compile {name} with options "
+                f"{list(options)}: {_error_string(lib, rc)}\n--- NVRTC log ---\n{log}"
+            )
+        cubin = None
+        if targets_real_arch(options):
+            cubin = _read_blob(lib, prog, "nvrtcGetCUBINSize", "nvrtcGetCUBIN")
+        try:
+            ptx = _read_blob(lib, prog, "nvrtcGetPTXSize", "nvrtcGetPTX").rstrip(b"\0").decode()
+        except KbfuseError:
+            if cubin is None:
+                raise
+            ptx = None  # some NVRTC versions keep no PTX for an sm_ target
+        return NvrtcResult(
+            ptx=ptx or None,
+            cubin=cubin,
+            log=log,
+            version=lib.version,
+            library=lib.path,
+            full_version=lib.full_version,
+            options=options,
+        )
+    finally:
+        lib.handle.nvrtcDestroyProgram(ctypes.byref(prog))

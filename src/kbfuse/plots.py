@@ -1,0 +1,134 @@
+"""The study's two figures, drawn from the summary tables (matplotlib, Agg, PNG).
+
+- tail time per implementation against the copy-bandwidth floor (one figure per task,
+  CUDA-graph replay): bars are medians, whiskers the quartiles, the dashed line the time
+  the tail's bytes take at the measured device-to-device copy bandwidth;
+- bit identity per variant x control set (tiny values and tail controls), one panel per
+  task: green where every element is bit-equal to eager, red where any differs, each cell
+  annotated with its exact integer counts.
+
+PNG files are written atomically and carry no timestamp or matplotlib version.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from kbfuse.errors import KbfuseError
+from kbfuse.io import write_bytes
+
+GRAPH_METHOD = "graph"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str | Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
+    write_bytes(path, buf.getvalue())
+
+
+def plot_tail_times(timing_tail: pd.DataFrame, task: int, path: str | Path) -> None:
+    """Median tail time (graph replay) per implementation for one task, with the floor."""
+    plt = _pyplot()
+    rows = timing_tail[(timing_tail["task"] == task) & (timing_tail["method"] == GRAPH_METHOD)]
+    if rows.empty:
+        raise KbfuseError(f"timing_tail has no {GRAPH_METHOD!r} rows for task {task}")
+    impls = list(rows["impl"])
+    medians = rows["median_ms"].to_numpy(dtype=float) * 1e3
+    lower = medians - rows["q1_ms"].to_numpy(dtype=float) * 1e3
+    upper = rows["q3_ms"].to_numpy(dtype=float) * 1e3 - medians
+    floors = set(rows["floor_ms"].round(12))
+    colors = ["tab:gray" if kind == "baseline" else "tab:blue" for kind in rows["kind"]]
+
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(impls) + 2), 4.0))
+    try:
+        ax.bar(range(len(impls)), medians, color=colors, yerr=[lower, upper], capsize=3)
+        for floor in sorted(floors):
+            ax.axhline(floor * 1e3, color="tab:red", linestyle="--", linewidth=1)
+            ax.annotate(
+                f"copy floor {floor * 1e3:.1f} us",
+                xy=(0.005, floor * 1e3),
+                xycoords=("axes fraction", "data"),
+                ha="left",
+                va="bottom",
+                color="tab:red",
+                fontsize=8,
+            )
+        for x, (median, pct) in enumerate(zip(medians, rows["pct_of_floor"], strict=True)):
+            label = f"{pct:.0f}%" if not math.isnan(pct) else ""
+            ax.annotate(
+                label,
+                (x, median),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+        ax.set_xticks(range(len(impls)), impls, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("tail time, median (us)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"task {task}: fused tail vs copy floor (CUDA graph replay)", fontsize=10)
+        fig.tight_layout()
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def plot_control_bit_equality(table: pd.DataFrame, path: str | Path) -> None:
+    """Variant x control set, one panel per task: green where every element is bit-equal to
+    eager, red where any differs; each cell shows bit-equal / total elements."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+
+    tasks = list(dict.fromkeys(table["task"]))
+    if not tasks:
+        raise KbfuseError("control_bit_equality has no rows to plot")
+    variants = list(dict.fromkeys(table["variant"]))
+    sets = list(dict.fromkeys(table["control_set"]))
+    colors = ListedColormap(["#e8a29a", "#9fd49a"])  # differs, bit-identical
+
+    fig, axes = plt.subplots(
+        len(tasks),
+        1,
+        figsize=(1.25 * len(sets) + 3.0, (0.42 * len(variants) + 0.9) * len(tasks) + 0.6),
+        squeeze=False,
+    )
+    try:
+        for ax, task in zip(axes[:, 0], tasks, strict=True):
+            grid = [[math.nan] * len(sets) for _ in variants]
+            for row in table[table["task"] == task].itertuples():
+                i, j = variants.index(row.variant), sets.index(row.control_set)
+                grid[i][j] = float(row.elements_bit_equal == row.elements)
+                ax.text(
+                    j,
+                    i,
+                    f"{row.elements_bit_equal}/{row.elements}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                )
+            ax.imshow(grid, vmin=0.0, vmax=1.0, cmap=colors, aspect="auto")
+            ax.set_xticks(range(len(sets)), sets, rotation=20, ha="right", fontsize=8)
+            ax.set_yticks(range(len(variants)), variants, fontsize=8)
+            ax.set_title(f"task {task}", fontsize=9)
+        fig.suptitle(
+            "bit-equal elements per variant x control set (green: all bit-identical to eager)",
+            fontsize=10,
+        )
+        fig.tight_layout()
+        _save(fig, path)
+    finally:
+        plt.close(fig)

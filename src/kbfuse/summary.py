@@ -1,0 +1,818 @@
+"""The study's tables: every GPU result file read, its provenance checked, rows built.
+
+`build_tables` turns the result files of one run (the layout under `results/`, see
+docs/contracts.md) into pandas DataFrames; `write_summary` writes each as `<name>.csv` and
+`<name>.md` next to the plots. Rows come only from what the files record: a table holds
+exactly the tasks, variants, cases and measurements found in its inputs.
+
+Before any table is built the inputs are checked against each other: every artifact sha256
+recorded by verify, correctness, timing and controls must be the one in the current compile
+metadata, and every pin commit and task sha256 the one in the current KernelBench pin record.
+A mismatch means a result was produced from something that no longer exists (stale) or was
+edited (tampered), and is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kbfuse.errors import KbfuseError
+from kbfuse.io import as_float, read_json, write_text
+
+SCHEMA_VERSION = 1
+BASELINE_IMPLS = ("eager", "torchscript", "inductor")
+
+# Table name -> one line saying what it holds (also the order in which tables are written).
+TABLES: dict[str, str] = {
+    "correctness": "task x variant: cases, official passes, bit identity, largest errors",
+    "correctness_cases": "every correctness case of every task x implementation",
+    "baseline_bit_identity": "TorchScript and Inductor against eager, per task",
+    "compiler_contract": "variant: route, options, compiler, FTZ requested/expected/effective",
+    "timing_full": "full program time per task x implementation x method",
+    "timing_tail": "tail time per task x implementation x method, against the copy floor",
+    "small_shapes": "the small-shape timings per task",
+    "ftz_cost": "paired FTZ-on over FTZ-off cost per task and route",
+    "tiny_values": "tiny-value control cases per task x variant",
+    "control_bit_equality": "bit-equal elements per variant x control set (the plot's data)",
+    "witness81": "the minimal task-81 witness per variant and input",
+    "margin_audit": "official vs historical error ratios of every audited record",
+    "direction_witness": "a float32 pair on which allclose(a, b) and allclose(b, a) disagree",
+    "skipped": "variants gated out of timing, with reasons",
+    "environment": "the fingerprint of the machine that produced the results",
+}
+PLOT_CONTROL_BIT_EQUALITY = "control_bit_equality.png"
+
+
+def tail_plot_name(task: int) -> str:
+    return f"tail_time_{task}.png"
+
+
+def summary_outputs(config: Mapping[str, Any]) -> list[str]:
+    """File names (relative to the summary directory) that `write_summary` writes."""
+    names = [f"{table}.{ext}" for table in TABLES for ext in ("csv", "md")]
+    names += [tail_plot_name(task) for task in config["tasks"]]
+    names.append(PLOT_CONTROL_BIT_EQUALITY)
+    return names
+
+
+def caption_name(output: str) -> str:
+    """The caption file in workflow/report/ for one summary output (table or plot)."""
+    name = Path(output).name
+    stem = name.split(".")[0]
+    if name.endswith(".png"):
+        return ("tail_time" if stem.startswith("tail_time_") else stem) + "_plot.rst"
+    return f"{stem}.rst"
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def result_paths(config: Mapping[str, Any]) -> dict[tuple, str]:
+    """Every result file the summary reads, keyed by what it is, relative to results/."""
+    variants = list(config["variants"])
+    paths: dict[tuple, str] = {
+        ("pin",): "kernelbench/pin.json",
+        ("env",): "env/fingerprint.json",
+    }
+    for v in variants:
+        paths[("compile", v)] = f"compile/{v}/meta.json"
+        paths[("verify", v)] = f"verify/{v}.json"
+    for t in config["tasks"]:
+        for v in variants:
+            paths[("correctness", t, v)] = f"correctness/{t}/{v}.json"
+        paths[("baselines", t)] = f"correctness/{t}/baselines.json"
+        paths[("timing", t)] = f"timing/{t}.json"
+        paths[("controls", t)] = f"controls/{t}.json"
+    if 81 in config["tasks"]:  # the witness rule runs only when the study includes task 81
+        paths[("witness81",)] = "controls/witness81.json"
+    paths[("margin_audit",)] = "protocol/margin_audit.json"
+    paths[("direction_witness",)] = "protocol/direction_witness.json"
+    return paths
+
+
+def summary_inputs(config: Mapping[str, Any], results_dir: str | Path = "results") -> list[str]:
+    """The input paths of the summary rule (results_dir joined), in a stable order."""
+    return [str(Path(results_dir) / rel) for rel in result_paths(config).values()]
+
+
+@dataclass
+class StudyResults:
+    """The parsed result files of one run, plus where each came from (for messages)."""
+
+    config: Mapping[str, Any]
+    root: Path
+    pin: dict
+    fingerprint: dict
+    compile_meta: dict[str, dict] = field(default_factory=dict)
+    verify: dict[str, dict] = field(default_factory=dict)
+    correctness: dict[tuple[int, str], dict] = field(default_factory=dict)
+    baselines: dict[int, dict] = field(default_factory=dict)
+    timing: dict[int, dict] = field(default_factory=dict)
+    controls: dict[int, dict] = field(default_factory=dict)
+    witness81: dict | None = None
+    margin_audit: dict = field(default_factory=dict)
+    direction_witness: dict = field(default_factory=dict)
+    paths: dict[tuple, Path] = field(default_factory=dict)
+
+    @property
+    def tasks(self) -> list[int]:
+        return list(self.config["tasks"])
+
+    @property
+    def variants(self) -> list[str]:
+        return list(self.config["variants"])
+
+
+_KINDS = {
+    "pin": "kernelbench_pin",
+    "env": "env",
+    "compile": "compile",
+    "verify": "verify",
+    "correctness": "correctness",
+    "baselines": "correctness_baselines",
+    "timing": "timing",
+    "controls": "controls",
+    "witness81": "witness81",
+    "margin_audit": "margin_audit",
+    "direction_witness": "direction_witness",
+}
+
+
+def _read_result(path: Path, kind: str) -> dict:
+    if not path.is_file():
+        raise KbfuseError(f"summary input {path} is missing")
+    try:
+        data = read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise KbfuseError(f"summary input {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise KbfuseError(f"summary input {path}: expected a JSON object")
+    if data.get("kind") != kind:
+        raise KbfuseError(f"{path}: field kind is {data.get('kind')!r}, expected {kind!r}")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise KbfuseError(
+            f"{path}: field schema_version is {data.get('schema_version')!r}, "
+            f"expected {SCHEMA_VERSION}"
+        )
+    return data
+
+
+def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyResults:
+    """Read every result file the config implies and check their provenance."""
+    root = Path(results_dir)
+    loaded: dict[tuple, dict] = {}
+    paths: dict[tuple, Path] = {}
+    for key, rel in result_paths(config).items():
+        paths[key] = root / rel
+        loaded[key] = _read_result(paths[key], _KINDS[key[0]])
+    res = StudyResults(
+        config=config,
+        root=root,
+        pin=loaded[("pin",)],
+        fingerprint=loaded[("env",)],
+        witness81=loaded.get(("witness81",)),
+        margin_audit=loaded[("margin_audit",)],
+        direction_witness=loaded[("direction_witness",)],
+        paths=paths,
+    )
+    for key, data in loaded.items():
+        stage = key[0]
+        if stage in ("compile", "verify"):
+            getattr(res, "compile_meta" if stage == "compile" else "verify")[key[1]] = data
+        elif stage == "correctness":
+            res.correctness[(key[1], key[2])] = data
+        elif stage in ("baselines", "timing", "controls"):
+            getattr(res, stage)[key[1]] = data
+    check_provenance(res)
+    return res
+
+
+# ---------------------------------------------------------------- provenance
+
+
+def _field(data: Mapping, dotted: str, path: Path) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KbfuseError(f"{path}: field {dotted} is missing")
+        node = node[part]
+    return node
+
+
+def _expect(path: Path, dotted: str, recorded: Any, current: Any, source: str) -> None:
+    if recorded != current:
+        raise KbfuseError(
+            f"{path}: field {dotted} is {recorded!r} but {source} says {current!r} "
+            "(stale or tampered input)"
+        )
+
+
+def check_provenance(res: StudyResults) -> None:
+    """Every recorded artifact sha256 / pin commit / task sha256 must match the current ones."""
+    pin_path = res.paths[("pin",)]
+    pin_commit = _field(res.pin, "commit", pin_path)
+    _expect(pin_path, "commit", pin_commit, res.config["kernelbench"]["commit"], "the config")
+    pin_tasks = _field(res.pin, "tasks", pin_path)
+
+    def task_sha(task: int) -> str:
+        if str(task) not in pin_tasks:
+            raise KbfuseError(f"{pin_path}: field tasks.{task} is missing")
+        return pin_tasks[str(task)]["sha256"]
+
+    artifacts: dict[str, str] = {}
+    for v, meta in res.compile_meta.items():
+        path = res.paths[("compile", v)]
+        _expect(path, "variant", _field(meta, "variant", path), v, "its path")
+        artifacts[v] = _field(meta, "artifact_sha256", path)
+
+    def artifact(path: Path, dotted: str, variant: str, recorded: str) -> None:
+        if variant not in artifacts:
+            raise KbfuseError(f"{path}: field {dotted} names variant {variant!r}, not in config")
+        meta_path = res.paths[("compile", variant)]
+        _expect(path, dotted, recorded, artifacts[variant], str(meta_path))
+
+    for v, ver in res.verify.items():
+        path = res.paths[("verify", v)]
+        _expect(path, "variant", _field(ver, "variant", path), v, "its path")
+        artifact(path, "artifact_sha256", v, _field(ver, "artifact_sha256", path))
+
+    def pin_fields(data: dict, path: Path, task: int) -> None:
+        recorded = _field(data, "provenance.pin_commit", path)
+        _expect(path, "provenance.pin_commit", recorded, pin_commit, str(pin_path))
+        recorded = _field(data, "provenance.task_sha256", path)
+        _expect(
+            path, "provenance.task_sha256", recorded, task_sha(task), f"{pin_path} tasks.{task}"
+        )
+
+    def artifact_map(data: dict, path: Path, required: Iterable[str]) -> None:
+        recorded = _field(data, "provenance.artifacts", path)
+        for v in required:
+            if v not in recorded:
+                raise KbfuseError(f"{path}: field provenance.artifacts.{v} is missing")
+        for v, sha in recorded.items():
+            artifact(path, f"provenance.artifacts.{v}", v, sha)
+
+    for (task, v), corr in res.correctness.items():
+        path = res.paths[("correctness", task, v)]
+        _expect(path, "task", _field(corr, "task", path), task, "its path")
+        _expect(path, "implementation", _field(corr, "implementation", path), v, "its path")
+        artifact(
+            path, "provenance.artifact_sha256", v, _field(corr, "provenance.artifact_sha256", path)
+        )
+        pin_fields(corr, path, task)
+    for task, base in res.baselines.items():
+        path = res.paths[("baselines", task)]
+        _expect(path, "task", _field(base, "task", path), task, "its path")
+        pin_fields(base, path, task)
+    for task, tim in res.timing.items():
+        path = res.paths[("timing", task)]
+        _expect(path, "task", _field(tim, "task", path), task, "its path")
+        pin_fields(tim, path, task)
+        timed_variants = [i for i in _field(tim, "timed", path) if i not in BASELINE_IMPLS]
+        artifact_map(tim, path, timed_variants)
+        accounted = set(timed_variants) | set(_field(tim, "skipped", path))
+        if accounted != set(res.variants):
+            raise KbfuseError(
+                f"{path}: fields timed + skipped cover variants {sorted(accounted)}, "
+                f"the config has {sorted(res.variants)} (stale input)"
+            )
+    for task, ctl in res.controls.items():
+        path = res.paths[("controls", task)]
+        _expect(path, "task", _field(ctl, "task", path), task, "its path")
+        pin_fields(ctl, path, task)
+        artifact_map(ctl, path, _control_variants(ctl))
+    if res.witness81 is not None:
+        path = res.paths[("witness81",)]
+        pin_fields(res.witness81, path, 81)
+        artifact_map(res.witness81, path, _field(res.witness81, "variants", path))
+
+
+def _control_variants(ctl: Mapping) -> list[str]:
+    used = list(ctl.get("tiny_values", {}))
+    for pair in ctl.get("ftz_cost", {}).values():
+        used += [pair["ftz_on"], pair["ftz_off"]]
+    for per_impl in ctl.get("small_shape", {}).get("measurements", {}).values():
+        used += [i for i in per_impl if i not in BASELINE_IMPLS]
+    return sorted(set(used))
+
+
+# ---------------------------------------------------------------- table builders
+
+
+def _names(text: str) -> list[str]:
+    """Column names written as one whitespace-separated string."""
+    return text.split()
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else as_float(value)
+
+
+def _max(values: Iterable[Any]) -> float:
+    finite = [v for v in (_num(x) for x in values) if not math.isnan(v)]
+    return max(finite) if finite else math.nan
+
+
+# Exact integer columns (nullable Int64, so a missing count never turns into a float).
+_INT_COLUMNS = frozenset(
+    _names("""task cases official_passes historical_passes equal_nan_passes bit_identical_cases
+    elements elements_bit_equal bit_equal rounds on_rounds off_rounds bytes_moved ptx_ftz_count
+    sass_ftz_count sass_ftz_internal batch in_features out_features nonfinite_reference
+    nonfinite_candidate nonfinite_mismatch""")
+)
+_TOTAL_COLUMNS = _names("""cases official_passes bit_identical_cases elements elements_bit_equal
+    max_abs_diff max_ratio_official max_ratio_historical historical_passes
+    equal_nan_passes""")
+_CASE_COLUMNS = _names("""name group elements bit_equal official_pass historical_pass equal_nan_pass
+    max_abs_diff max_ratio_official max_ratio_historical nonfinite_reference
+    nonfinite_candidate nonfinite_mismatch""")
+
+
+def _ordered(mapping: Mapping[str, Any], order: Iterable[str]) -> list[tuple[str, Any]]:
+    """Items in the study's order (config, timed list); keys it does not name follow, sorted.
+
+    Result JSON is written with sorted keys, so file order is alphabetical, not the study's.
+    """
+    order = [k for k in order if k in mapping]
+    return [(k, mapping[k]) for k in order] + sorted(
+        (k, v) for k, v in mapping.items() if k not in order
+    )
+
+
+def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=columns)
+    for col in columns:
+        if col in _INT_COLUMNS:
+            df[col] = df[col].astype("Int64")
+    return df
+
+
+def _case_totals(cases: list[dict]) -> dict[str, Any]:
+    """Integer counts summed over the case records themselves, largest errors maximised."""
+    return {
+        "cases": len(cases),
+        "official_passes": sum(bool(c["official_pass"]) for c in cases),
+        "historical_passes": sum(bool(c["historical_pass"]) for c in cases),
+        "equal_nan_passes": sum(bool(c["equal_nan_pass"]) for c in cases),
+        "bit_identical_cases": sum(int(c["bit_equal"]) == int(c["elements"]) for c in cases),
+        "elements": sum(int(c["elements"]) for c in cases),
+        "elements_bit_equal": sum(int(c["bit_equal"]) for c in cases),
+        "max_abs_diff": _max(c["max_abs_diff"] for c in cases),
+        "max_ratio_official": _max(c["max_ratio_official"] for c in cases),
+        "max_ratio_historical": _max(c["max_ratio_historical"] for c in cases),
+    }
+
+
+def _case_row(case: dict) -> dict:
+    return {c: _num(case[c]) if c.startswith("max_") else case[c] for c in _CASE_COLUMNS}
+
+
+def correctness_table(res: StudyResults) -> pd.DataFrame:
+    rows = [
+        {
+            "task": task,
+            "variant": v,
+            **_case_totals(corr["cases"]),
+            "passed": bool(corr["passed"]),
+            "failing_checks": ", ".join(corr["failing_checks"]),
+        }
+        for (task, v), corr in res.correctness.items()
+    ]
+    return _frame(rows, ["task", "variant", *_TOTAL_COLUMNS, "passed", "failing_checks"])
+
+
+def correctness_cases_table(res: StudyResults) -> pd.DataFrame:
+    rows = []
+    for task in res.tasks:
+        records = [(v, res.correctness[(task, v)]) for v in res.variants]
+        records += _ordered(res.baselines[task]["implementations"], res.config["baselines"])
+        for impl, rec in records:
+            rows += [{"task": task, "implementation": impl, **_case_row(c)} for c in rec["cases"]]
+    return _frame(rows, ["task", "implementation", *_CASE_COLUMNS])
+
+
+def baseline_bit_identity_table(res: StudyResults) -> pd.DataFrame:
+    rows = [
+        {
+            "task": task,
+            "baseline": impl,
+            "reference": "eager",
+            **_case_totals(rec["cases"]),
+            "passed": bool(rec["passed"]),
+            "failing_checks": ", ".join(rec["failing_checks"]),
+        }
+        for task, base in res.baselines.items()
+        for impl, rec in _ordered(base["implementations"], res.config["baselines"])
+    ]
+    cols = ["task", "baseline", "reference", *_TOTAL_COLUMNS, "passed", "failing_checks"]
+    return _frame(rows, cols)
+
+
+def render_setting(record: Any) -> str:
+    """A CUDA cache record (or any flat mapping) as `key=value; ...`, keys sorted."""
+    if not isinstance(record, Mapping):
+        return "" if record is None else str(record)
+    return "; ".join(f"{k}={record[k]}" for k in sorted(record))
+
+
+_CONTRACT_COLUMNS = _names("""variant route kernel requested_options actual_options implicit_options
+    compiler arch artifact_kind ptx_ftz_count sass_ftz_count sass_ftz_internal requested_ftz
+    expected_ftz effective_ftz mismatch finding artifact_sha256 cuda_cache_compile
+    cuda_cache_verify""")
+
+
+def compiler_contract_table(res: StudyResults) -> pd.DataFrame:
+    rows = []
+    for v in res.variants:
+        meta, ver = res.compile_meta[v], res.verify[v]
+        compiler = meta["compiler"]
+        finding = ver.get("finding")
+        if not finding and ver["mismatch"]:
+            finding = f"expected ftz={ver['expected_ftz']} but effective ftz={ver['effective_ftz']}"
+        rows.append(
+            {
+                "variant": v,
+                "route": meta["route"],
+                "kernel": meta["kernel"],
+                "requested_options": " ".join(meta["requested_options"]),
+                "actual_options": " ".join(meta["actual_options"]),
+                "implicit_options": " ".join(meta["implicit_options"]),
+                "compiler": f"{compiler['name']} {compiler['version']}",
+                "arch": meta["arch"],
+                "artifact_kind": meta["artifact_kind"],
+                "ptx_ftz_count": meta["ptx_ftz_count"],
+                "sass_ftz_count": meta["sass_ftz_count"],
+                "sass_ftz_internal": meta.get("sass_ftz_in_internal_helpers"),
+                "requested_ftz": ver["requested_ftz"],
+                "expected_ftz": ver["expected_ftz"],
+                "effective_ftz": ver["effective_ftz"],
+                "mismatch": bool(ver["mismatch"]),
+                "finding": finding or "",
+                "artifact_sha256": meta["artifact_sha256"][:12],
+                "cuda_cache_compile": render_setting(meta.get("cuda_cache")),
+                "cuda_cache_verify": render_setting(ver.get("cuda_cache")),
+            }
+        )
+    return _frame(rows, _CONTRACT_COLUMNS)
+
+
+_MEASURE_COLUMNS = _names("""impl method rounds median_ms q1_ms q3_ms eager_over_impl
+    eager_over_impl_q1 eager_over_impl_q3 best_compiled best_compiled_over_impl
+    best_compiled_over_impl_q1 best_compiled_over_impl_q3""")
+_FLOOR_COLUMNS = ["bytes_moved", "floor_ms", "pct_of_floor"]
+
+
+def _ratio_fields(prefix: str, ratio: Mapping | None) -> dict[str, float]:
+    if ratio is None:
+        return {}
+    return {
+        prefix: _num(ratio["median"]),
+        f"{prefix}_q1": _num(ratio["q1"]),
+        f"{prefix}_q3": _num(ratio["q3"]),
+    }
+
+
+def _measurement_rows(
+    measurements: Mapping, ratios: Mapping, scope: str, order: Iterable[str]
+) -> list[dict]:
+    """Rows for every `scope/method` key and implementation recorded; ratios for variants.
+
+    Ratios are per-round baseline_ms / impl_ms (> 1: the implementation is faster).
+    """
+    rows = []
+    for key, per_impl in measurements.items():
+        key_scope, _, method = key.partition("/")
+        if key_scope != scope:
+            continue
+        for impl, m in _ordered(per_impl, order):
+            row = {
+                "impl": impl,
+                "method": method,
+                "rounds": len(m["samples_ms"]),
+                "median_ms": _num(m["median_ms"]),
+                "q1_ms": _num(m["q1_ms"]),
+                "q3_ms": _num(m["q3_ms"]),
+            }
+            ratio = ratios.get(key, {}).get(impl)
+            if ratio is not None:
+                best = ratio.get("vs_best_compiled")  # absent when no compiled baseline ran
+                row.update(_ratio_fields("eager_over_impl", ratio.get("vs_eager")))
+                row.update(_ratio_fields("best_compiled_over_impl", best))
+                row["best_compiled"] = best["baseline"] if best else None
+            rows.append(row)
+    return rows
+
+
+def copy_floor_gbps(res: StudyResults) -> float:
+    path = res.paths[("env",)]
+    gbps = _num(_field(res.fingerprint, "copy_bandwidth.gbps", path))
+    if not gbps > 0:
+        raise KbfuseError(f"{path}: field copy_bandwidth.gbps is {gbps!r}, not a bandwidth")
+    return gbps
+
+
+def _floor_fields(tail_bytes: Any, gbps: float, median_ms: float) -> dict[str, Any]:
+    """The copy-bandwidth floor: time to move the tail's bytes at the measured copy rate."""
+    floor_ms = int(tail_bytes) / (gbps * 1e9) * 1e3
+    return {
+        "bytes_moved": int(tail_bytes),
+        "floor_ms": floor_ms,
+        "pct_of_floor": 100.0 * floor_ms / median_ms if median_ms > 0 else math.nan,
+    }
+
+
+def _kind(impl: str) -> str:
+    return "baseline" if impl in BASELINE_IMPLS else "variant"
+
+
+def timing_table(res: StudyResults, scope: str) -> pd.DataFrame:
+    """scope "full" or "tail"; tails also get bytes moved and % of the copy-bandwidth floor."""
+    rows = []
+    gbps = copy_floor_gbps(res) if scope == "tail" else math.nan
+    for task, tim in res.timing.items():
+        for m in _measurement_rows(tim["measurements"], tim["ratios"], scope, tim["timed"]):
+            row = {"task": task, "kind": _kind(m["impl"]), **m}
+            if scope == "tail":
+                row.update(_floor_fields(tim["tail_bytes"], gbps, m["median_ms"]))
+            rows.append(row)
+    cols = ["task", "kind", *_MEASURE_COLUMNS] + (_FLOOR_COLUMNS if scope == "tail" else [])
+    return _frame(rows, cols)
+
+
+def small_shapes_table(res: StudyResults) -> pd.DataFrame:
+    rows = []
+    gbps = copy_floor_gbps(res)
+    for task, ctl in res.controls.items():
+        small = ctl["small_shape"]
+        shape = small["shape"]
+        scopes = dict.fromkeys(k.partition("/")[0] for k in small["measurements"])
+        for scope in scopes:
+            order = small.get("timed", res.config["baselines"] + res.variants)
+            for m in _measurement_rows(small["measurements"], small["ratios"], scope, order):
+                row = {"task": task, **shape, "scope": scope, "kind": _kind(m["impl"]), **m}
+                if scope == "tail" and "tail_bytes" in small:
+                    row.update(_floor_fields(small["tail_bytes"], gbps, m["median_ms"]))
+                rows.append(row)
+    cols = ["task", "batch", "in_features", "out_features", "scope", "kind", *_MEASURE_COLUMNS]
+    return _frame(rows, cols + _FLOOR_COLUMNS)
+
+
+def ftz_cost_table(res: StudyResults) -> pd.DataFrame:
+    rows = []
+    for task, ctl in res.controls.items():
+        for route, pair in ctl["ftz_cost"].items():
+            effective = pair.get("effective_ftz", {})
+            row = {
+                "task": task,
+                "route": route,
+                "ftz_on": pair["ftz_on"],
+                "ftz_off": pair["ftz_off"],
+                "effective_ftz_on": effective.get("on"),
+                "effective_ftz_off": effective.get("off"),
+            }
+            for side in ("on", "off"):
+                m = pair[side]
+                row[f"{side}_rounds"] = len(m["samples_ms"])
+                for stat in ("median_ms", "q1_ms", "q3_ms"):
+                    row[f"{side}_{stat}"] = _num(m[stat])
+            row.update(_ratio_fields("on_over_off", pair["ratio_on_over_off"]))
+            rows.append(row)
+    cols = _names("""task route ftz_on ftz_off effective_ftz_on effective_ftz_off on_rounds
+        on_median_ms on_q1_ms on_q3_ms off_rounds off_median_ms off_q1_ms off_q3_ms on_over_off
+        on_over_off_q1 on_over_off_q3""")
+    return _frame(rows, cols)
+
+
+def tiny_values_table(res: StudyResults) -> pd.DataFrame:
+    rows = [
+        {"task": task, "variant": v, **_case_row(case)}
+        for task, ctl in res.controls.items()
+        for v, rec in _ordered(ctl["tiny_values"], res.variants)
+        for case in rec["cases"]
+    ]
+    return _frame(rows, ["task", "variant", *_CASE_COLUMNS])
+
+
+TAIL_CONTROLS = "tail controls"
+
+
+def control_bit_equality_table(res: StudyResults) -> pd.DataFrame:
+    """Bit-equal element counts per task x variant x control set.
+
+    Control sets: each tiny-value case by name, and all `tail_control` correctness cases of
+    the task together (named TAIL_CONTROLS).
+    """
+    rows = []
+    for task in res.tasks:
+        tiny = res.controls[task]["tiny_values"]
+        for v in res.variants:
+            sets = [(c["name"], [c]) for c in tiny.get(v, {}).get("cases", [])]
+            tail = [c for c in res.correctness[(task, v)]["cases"] if c["group"] == "tail_control"]
+            if tail:
+                sets.append((TAIL_CONTROLS, tail))
+            for name, cases in sets:
+                elements = sum(int(c["elements"]) for c in cases)
+                equal = sum(int(c["bit_equal"]) for c in cases)
+                rows.append(
+                    {
+                        "task": task,
+                        "variant": v,
+                        "control_set": name,
+                        "cases": len(cases),
+                        "elements": elements,
+                        "elements_bit_equal": equal,
+                        "bit_equal_fraction": equal / elements if elements else math.nan,
+                    }
+                )
+    cols = _names("""task variant control_set cases elements elements_bit_equal
+        bit_equal_fraction""")
+    return _frame(rows, cols)
+
+
+def witness81_table(res: StudyResults) -> pd.DataFrame:
+    """Every variant's output at the witness inputs beside eager's, value and bits."""
+    cols = _names("""variant effective_ftz input output output_bits reference reference_bits
+        bit_equal""")
+    w = res.witness81
+    if w is None:
+        return pd.DataFrame([], columns=cols)
+    path = res.paths[("witness81",)]
+    reference = {_num(r["input"]): r for r in w["reference"]}
+    rows = []
+    for v, records in _ordered(w["variants"], res.variants):
+        for r in records:
+            ref = reference.get(_num(r["input"]))
+            if ref is None:
+                raise KbfuseError(f"{path}: variants.{v} input {r['input']!r} has no reference")
+            rows.append(
+                {
+                    "variant": v,
+                    "effective_ftz": res.verify[v]["effective_ftz"] if v in res.verify else None,
+                    "input": _num(r["input"]),
+                    "output": _num(r["output"]),
+                    "output_bits": r["output_bits"],
+                    "reference": _num(ref["output"]),
+                    "reference_bits": ref["output_bits"],
+                    "bit_equal": bool(r["bit_equal"]),
+                }
+            )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def margin_audit_table(res: StudyResults) -> pd.DataFrame:
+    """One row per audited record (case or aggregate); `flips`: the predicates disagree."""
+    rows = []
+    for r in _field(res.margin_audit, "cases", res.paths[("margin_audit",)]):
+        margin = r.get("margin") or {}
+        rows.append(
+            {
+                "file": r["file"],
+                "path": r["path"],
+                "record": r["record"],
+                "name": r.get("name"),
+                "group": r.get("group"),
+                "max_ratio_official": _num(r["max_ratio_official"]),
+                "max_ratio_historical": _num(r["max_ratio_historical"]),
+                "official_within": bool(r["official_within"]),
+                "historical_within": bool(r["historical_within"]),
+                "flips": bool(r["flips"]),
+                "flip": r.get("flip"),
+                "margin_predicate": margin.get("predicate"),
+                "margin_abs_log_ratio": _num(margin.get("abs_log_ratio")),
+            }
+        )
+    cols = _names("""file path record name group max_ratio_official max_ratio_historical
+        official_within historical_within flips flip margin_predicate
+        margin_abs_log_ratio""")
+    return pd.DataFrame(rows, columns=cols)
+
+
+def direction_witness_table(res: StudyResults) -> pd.DataFrame:
+    d = res.direction_witness
+    path = res.paths[("direction_witness",)]
+    cols = _names("""atol rtol a a_bits b b_bits allclose_a_b allclose_b_a abs_diff allowed_a_b
+        allowed_b_a torch""")
+    return pd.DataFrame([{c: _field(d, c, path) for c in cols}], columns=cols)
+
+
+def skipped_table(res: StudyResults) -> pd.DataFrame:
+    rows = [
+        {
+            "task": task,
+            "variant": v,
+            "reason": rec["reason"],
+            "failing_checks": ", ".join(rec.get("failing_checks") or []),
+        }
+        for task, tim in res.timing.items()
+        for v, rec in tim["skipped"].items()
+    ]
+    return _frame(rows, ["task", "variant", "reason", "failing_checks"])
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys; lists and scalars are leaves."""
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for key in sorted(node, key=str):
+            out.update(flatten(node[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: node}
+
+
+def environment_table(res: StudyResults) -> pd.DataFrame:
+    rows = [
+        {"field": k, "value": json.dumps(v) if isinstance(v, list) else v}
+        for k, v in flatten(res.fingerprint).items()
+        if k not in ("kind", "schema_version")
+    ]
+    return pd.DataFrame(rows, columns=["field", "value"])
+
+
+_BUILDERS = {
+    "correctness": correctness_table,
+    "correctness_cases": correctness_cases_table,
+    "baseline_bit_identity": baseline_bit_identity_table,
+    "compiler_contract": compiler_contract_table,
+    "timing_full": lambda res: timing_table(res, "full"),
+    "timing_tail": lambda res: timing_table(res, "tail"),
+    "small_shapes": small_shapes_table,
+    "ftz_cost": ftz_cost_table,
+    "tiny_values": tiny_values_table,
+    "control_bit_equality": control_bit_equality_table,
+    "witness81": witness81_table,
+    "margin_audit": margin_audit_table,
+    "direction_witness": direction_witness_table,
+    "skipped": skipped_table,
+    "environment": environment_table,
+}
+assert list(_BUILDERS) == list(TABLES)
+
+
+def tables_from_results(res: StudyResults) -> dict[str, pd.DataFrame]:
+    tables = {}
+    for name, build in _BUILDERS.items():
+        try:
+            tables[name] = build(res)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise KbfuseError(
+                f"summary table {name}: a result file under {res.root} does not follow "
+                f"docs/contracts.md ({type(exc).__name__}: {exc})"
+            ) from exc
+    return tables
+
+
+def build_tables(results_dir: str | Path, config: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """Read and provenance-check the results of one run; return every summary table."""
+    return tables_from_results(load_results(results_dir, config))
+
+
+# ---------------------------------------------------------------- writing
+
+
+def table_markdown(df: pd.DataFrame) -> str:
+    """A Markdown table; missing values are blank, floats to 6 significant digits (the CSV
+    keeps every digit)."""
+    if df.empty:
+        return "| " + " | ".join(df.columns) + " |\n\n(no rows)\n"
+    cells = df.astype(object).where(df.notna(), None)
+    return cells.to_markdown(index=False, floatfmt=".6g", missingval="") + "\n"
+
+
+def table_csv(df: pd.DataFrame) -> str:
+    return df.to_csv(index=False, lineterminator="\n")
+
+
+def write_table(df: pd.DataFrame, outdir: str | Path, name: str) -> list[Path]:
+    outdir = Path(outdir)
+    csv_path, md_path = outdir / f"{name}.csv", outdir / f"{name}.md"
+    write_text(csv_path, table_csv(df))
+    write_text(md_path, table_markdown(df))
+    return [csv_path, md_path]
+
+
+def write_summary(
+    results_dir: str | Path, config: Mapping[str, Any], outdir: str | Path
+) -> list[Path]:
+    """Write every table (CSV + Markdown) and plot; return the paths written."""
+    from kbfuse import plots  # matplotlib only where plots are drawn
+
+    tables = build_tables(results_dir, config)
+    outdir = Path(outdir)
+    written: list[Path] = []
+    for name, df in tables.items():
+        written += write_table(df, outdir, name)
+    for task in config["tasks"]:
+        target = outdir / tail_plot_name(task)
+        plots.plot_tail_times(tables["timing_tail"], task, target)
+        written.append(target)
+    target = outdir / PLOT_CONTROL_BIT_EQUALITY
+    plots.plot_control_bit_equality(tables["control_bit_equality"], target)
+    written.append(target)
+    return written

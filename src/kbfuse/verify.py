@@ -1,0 +1,272 @@
+"""The verify stage: measure on the device which numerical mode an artifact really has.
+
+The compile metadata says which options were passed; the device says what they did.
+`witness_mul` (compiled into the same module by the same route) multiplies 1e-10f by
+1e-30f: the exact product is subnormal, so a zero output means flush-to-zero is in effect
+and the float32 product computed on the host means subnormals are kept. The task-81 tail
+at -88 and -87.5 (where sigmoid is subnormal) is compared bit for bit with the pinned
+model's eager tail. Requested, expected and effective FTZ are recorded side by side, and
+any disagreement becomes a `finding` sentence rather than being ignored.
+
+The workflow script calls `kbfuse.cudacache.isolate` before this module touches CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kbfuse import cudacache
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json, write_json, write_text
+from kbfuse.kernelbench import build_model, load_task, read_pin
+from kbfuse.launch import LoadedModule, run_tail, run_witness
+from kbfuse.numerics import f32_bits_hex
+from kbfuse.routes import parse_option, requested_ftz
+from kbfuse.tails import tail_for
+
+_log = logging.getLogger("kbfuse.verify")
+
+SCHEMA_VERSION = 1
+WITNESS_INPUT = 1e-10
+WITNESS_SCALE = 1e-30
+TASK81_INPUTS = (-88.0, -87.5)
+REQUIRED_META_KEYS = (
+    "variant",
+    "route",
+    "kernel",
+    "requested_options",
+    "actual_options",
+    "implicit_options",
+    "expected_ftz",
+    "artifact_sha256",
+)
+TASK81_SEED = 0  # the task-81 tail has no parameters; the seed only fixes the unused linear
+
+
+def _implicit_ftz_options(implicit_options: list[str]) -> list[str]:
+    """The route's own options that set FTZ (CuPy's appended -ftz=true)."""
+    found = []
+    for option in implicit_options:
+        parsed, _ = parse_option(option)
+        if parsed is not None and parsed.spec.name == "ftz":
+            found.append(option)
+    return found
+
+
+def _route_owner(route: str) -> str:
+    return "CuPy's" if route.startswith("cupy") else f"the {route} route's"
+
+
+def _mode(ftz: bool) -> str:
+    return "flushes subnormals to zero" if ftz else "keeps subnormals"
+
+
+def describe_finding(
+    variant: str,
+    route: str,
+    requested: bool | None,
+    expected: bool,
+    effective: bool,
+    actual_options: list[str],
+    implicit_options: list[str],
+) -> str | None:
+    """A sentence for every way requested/expected/effective FTZ disagree; None if they agree.
+
+    Options that name no FTZ value request the compilers' default (FTZ off), so an artifact
+    that flushes without being asked to is a finding too.
+    """
+    sentences = []
+    wanted = bool(requested)  # None: nothing requested, the compilers' default is FTZ off
+    if wanted != effective:
+        implicit = _implicit_ftz_options(implicit_options)
+        if requested is None:
+            asked = "options do not request FTZ"
+        else:
+            asked = f"options request FTZ {'on' if requested else 'off'}"
+        if implicit and expected == effective:
+            cause = f"{_route_owner(route)} implicit {' '.join(implicit)} {_mode(effective)}"
+        else:
+            cause = f"the artifact {_mode(effective)} (actual options: {' '.join(actual_options)})"
+        sentences.append(f"{variant}: {asked}, but {cause}")
+    if expected != effective:
+        sentences.append(
+            f"{variant}: the options actually passed imply FTZ "
+            f"{'on' if expected else 'off'}, but the loaded artifact {_mode(effective)} on the "
+            "device; the artifact does not match its compile options (a CUDA compute-cache "
+            "entry from another FTZ setting is one known cause: see cuda_cache)"
+        )
+    return "; ".join(sentences) if sentences else None
+
+
+def _float32_value(t: torch.Tensor) -> float:
+    return float(t.detach().reshape(()).cpu().item())
+
+
+def measure_witness(mod: LoadedModule) -> tuple[dict, bool]:
+    """(witness record, effective FTZ): witness_mul at x = 1e-10, s = 1e-30, output NaN-poisoned."""
+    device = torch.device("cuda", mod.device)
+    x = torch.full((1,), WITNESS_INPUT, dtype=torch.float32, device=device)
+    out = torch.full_like(x, math.nan)
+    run_witness(mod, x, WITNESS_SCALE, out=out)
+    torch.cuda.synchronize(device)
+    output = _float32_value(out)
+    # numpy float32 arithmetic on the host keeps subnormals (no FTZ on the CPU)
+    product = float(np.float32(WITNESS_INPUT) * np.float32(WITNESS_SCALE))
+    if product == 0.0 or abs(product) >= float(np.finfo(np.float32).tiny):
+        raise KbfuseError(f"host witness product {product!r} is not a float32 subnormal")
+    output_bits, product_bits = f32_bits_hex(output), f32_bits_hex(product)
+    flushed = output == 0.0
+    kept = output_bits == product_bits
+    if not (flushed or kept):
+        raise KbfuseError(
+            f"variant {mod.variant!r}: witness_mul({WITNESS_INPUT}, {WITNESS_SCALE}) gave "
+            f"{output!r} ({output_bits}), neither zero (FTZ) nor the float32 product "
+            f"{product!r} ({product_bits}); the kernel did not run as compiled"
+        )
+    record = {
+        "input": WITNESS_INPUT,
+        "input_bits": f32_bits_hex(WITNESS_INPUT),
+        "scale": WITNESS_SCALE,
+        "scale_bits": f32_bits_hex(WITNESS_SCALE),
+        "output": output,
+        "output_bits": output_bits,
+        "host_product": product,
+        "host_product_bits": product_bits,
+        "subnormal_kept": kept,
+    }
+    return record, flushed
+
+
+def measure_task81(mod: LoadedModule, checkout: Path, pin: dict) -> list[dict]:
+    """The task-81 tail at TASK81_INPUTS against the pinned model's eager tail, bitwise."""
+    spec = load_task(checkout, pin, 81)
+    device = torch.device("cuda", mod.device)
+    model = build_model(spec, TASK81_SEED, device=device)
+    tail = tail_for(81)
+    y = torch.tensor([TASK81_INPUTS], dtype=torch.float32, device=device)
+    out = torch.full_like(y, math.nan)
+    run_tail(mod, tail, model, y, out=out)
+    reference = tail.reference(model, y)
+    torch.cuda.synchronize(device)
+    records = []
+    for i, value in enumerate(TASK81_INPUTS):
+        output, ref = _float32_value(out[0, i]), _float32_value(reference[0, i])
+        output_bits, reference_bits = f32_bits_hex(out[0, i]), f32_bits_hex(reference[0, i])
+        records.append(
+            {
+                "input": value,
+                "output": output,
+                "output_bits": output_bits,
+                "reference": ref,
+                "reference_bits": reference_bits,
+                "bit_equal": output_bits == reference_bits,
+            }
+        )
+    return records
+
+
+def verify_variant(
+    artifact: str | os.PathLike,
+    meta_path: str | os.PathLike,
+    checkout: str | os.PathLike,
+    pin_path: str | os.PathLike | None,
+    out: str | os.PathLike,
+    log: str | os.PathLike | None = None,
+) -> dict:
+    """Measure the artifact's effective FTZ and write results/verify/{variant}.json.
+
+    `pin_path` is a pin record holding task 81, or None when the study has no task 81 (the
+    record then has an empty `task81` and says why in `task81_note`). Progress goes to the
+    "kbfuse.verify" logger and, when `log` is given, to that file as well.
+    """
+    lines = _Progress()
+    try:
+        record = _verify(Path(artifact), Path(meta_path), Path(checkout), pin_path, lines)
+        write_json(out, record)
+        lines.append(f"wrote {out}")
+        return record
+    except Exception as exc:
+        lines.append(f"failed: {exc}")
+        raise
+    finally:
+        if log is not None:
+            write_text(log, "\n".join(lines) + "\n")
+
+
+class _Progress(list):
+    """Lines kept for the log file and echoed to the logger as they come."""
+
+    def append(self, line: str) -> None:
+        _log.info("%s", line)
+        super().append(line)
+
+
+def _verify(artifact: Path, meta_path: Path, checkout: Path, pin_path, lines) -> dict:
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("kind") != "compile":
+        raise KbfuseError(f"compile metadata {meta_path} is not a compile record (kind 'compile')")
+    missing = [key for key in REQUIRED_META_KEYS if key not in meta]
+    if missing:
+        raise KbfuseError(f"compile metadata {meta_path} lacks key(s) {missing}")
+    pin = read_pin(pin_path) if pin_path is not None else None
+    requested = requested_ftz(meta["requested_options"])
+    expected = bool(meta["expected_ftz"])
+    cache_setting = cudacache.current_setting()
+    lines.append(f"variant {meta['variant']} route {meta['route']} artifact {artifact}")
+    lines.append(f"cuda cache: {cache_setting}")
+
+    mod = LoadedModule.load(artifact, meta)
+    witness, effective = measure_witness(mod)
+    lines.append(
+        f"witness_mul({WITNESS_INPUT}, {WITNESS_SCALE}) = {witness['output']!r} "
+        f"({witness['output_bits']}): effective FTZ {effective}"
+    )
+
+    if pin is not None and "81" in pin["tasks"]:
+        task81 = measure_task81(mod, checkout, pin)
+        task81_note = None
+        for r in task81:
+            lines.append(
+                f"tail81({r['input']}) = {r['output']!r} ({r['output_bits']}), eager "
+                f"{r['reference']!r} ({r['reference_bits']})"
+            )
+    else:
+        task81 = []
+        where = "the study" if pin is None else f"the pin record {pin_path}"
+        task81_note = f"task 81 is not in {where}: no task-81 tail witness was run"
+        lines.append(task81_note)
+
+    finding = describe_finding(
+        meta["variant"],
+        meta["route"],
+        requested,
+        expected,
+        effective,
+        list(meta["actual_options"]),
+        list(meta["implicit_options"]),
+    )
+    lines.append(f"finding: {finding}")
+    return {
+        "kind": "verify",
+        "schema_version": SCHEMA_VERSION,
+        "variant": meta["variant"],
+        "route": meta["route"],
+        "kernel": meta["kernel"],
+        "artifact_sha256": meta["artifact_sha256"],
+        "requested_ftz": requested,
+        "expected_ftz": expected,
+        "effective_ftz": effective,
+        "witness": witness,
+        "task81": task81,
+        "task81_note": task81_note,
+        "mismatch": expected != effective,
+        "requested_mismatch": requested is not None and requested != effective,
+        "finding": finding,
+        "cuda_cache": cache_setting,
+    }

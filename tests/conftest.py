@@ -1,0 +1,72 @@
+"""Shared fixtures: a throw-away copy of the workflow and a small KernelBench-shaped repo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kbrepo import make_kernelbench_repo  # noqa: E402
+
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
+
+
+@pytest.fixture(scope="session")
+def kb_repo(tmp_path_factory) -> tuple[str, str]:
+    """(url, commit) of a small KernelBench-shaped git repository."""
+    return make_kernelbench_repo(tmp_path_factory.mktemp("kernelbench"))
+
+
+def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(
+                src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def write_test_config(workdir: Path, url: str, commit: str, **overrides) -> Path:
+    """A config overlay pointing at the test KernelBench repo, compiling for sm_90 on the CPU."""
+    cfg = {"kernelbench": {"url": url, "commit": commit}, "arch": "sm_90", **overrides}
+    path = workdir / "test-config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run snakemake in `workdir`, the copied workflow's own kbfuse sources first on the path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(workdir / "src")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+@pytest.fixture
+def workflow_copy(tmp_path, kb_repo) -> tuple[Path, Path]:
+    """(workdir, config overlay) of a fresh copy of the workflow wired to the test repo."""
+    workdir = copy_workflow(tmp_path / "wf")
+    return workdir, write_test_config(workdir, *kb_repo)

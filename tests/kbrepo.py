@@ -1,0 +1,193 @@
+"""Build a small KernelBench-shaped git repository for tests.
+
+The three task files re-implement KernelBench level-2 tasks 53, 81 and 95 with the same
+forward ops and the same module-level constant names as the pinned originals, but small
+shapes (batch 16, in 32, out 64) so that CPU tests run in milliseconds. Commits use a fixed
+author, committer and date, so the same content always gives the same commit ids.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+BATCH, IN_FEATURES, OUT_FEATURES = 16, 32, 64
+
+TASK_FILES = {
+    53: (
+        "53_Gemm_Scaling_Hardtanh_GELU.py",
+        f'''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Model that performs a GEMM, scaling, hardtanh, and GELU activation.
+    """
+    def __init__(self, in_features, out_features, scaling_factor, hardtanh_min, hardtanh_max):
+        super(Model, self).__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scaling_factor = scaling_factor
+        self.hardtanh = nn.Hardtanh(min_val=hardtanh_min, max_val=hardtanh_max)
+        self.gelu = nn.GELU()
+
+    def forward(self, x):
+        x = self.gemm(x)
+        x = x * self.scaling_factor
+        x = self.hardtanh(x)
+        x = self.gelu(x)
+        return x
+
+batch_size = {BATCH}
+in_features = {IN_FEATURES}
+out_features = {OUT_FEATURES}
+scaling_factor = 0.5
+hardtanh_min = -2
+hardtanh_max = 2
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, scaling_factor, hardtanh_min, hardtanh_max]
+''',
+    ),
+    81: (
+        "81_Gemm_Swish_Divide_Clamp_Tanh_Clamp.py",
+        f'''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Simple model that performs a gemm, swish, divide, clamp, tanh, and clamp operations.
+    """
+    def __init__(self, in_features, out_features, bias=True):
+        super(Model, self).__init__()
+        self.gemm = nn.Linear(in_features, out_features, bias=bias)
+
+    def forward(self, x):
+        x = self.gemm(x)
+        x = x * torch.sigmoid(x)  # Swish activation
+        x = x / 2.0
+        x = torch.clamp(x, min=-1.0, max=1.0)  # Clamp between -1 and 1
+        x = torch.tanh(x)  # Tanh activation
+        x = torch.clamp(x, min=-1.0, max=1.0)  # Clamp between -1 and 1
+        return x
+
+batch_size = {BATCH}
+in_features = {IN_FEATURES}
+out_features = {OUT_FEATURES}
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features]
+''',
+    ),
+    95: (
+        "95_Matmul_Add_Swish_Tanh_GELU_Hardtanh.py",
+        f'''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Simple model that performs a matrix multiplication, adds a value, applies Swish, Tanh,
+    GELU, and Hardtanh activation functions.
+    """
+    def __init__(self, in_features, out_features, add_value_shape):
+        super(Model, self).__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.add_value = nn.Parameter(torch.randn(add_value_shape))
+
+    def forward(self, x):
+        x = self.matmul(x)
+        x = x + self.add_value
+        x = torch.sigmoid(x) * x # Swish
+        x = torch.tanh(x)
+        x = torch.nn.functional.gelu(x) # GELU
+        x = torch.nn.functional.hardtanh(x, min_val=-1, max_val=1) # Hardtanh
+        return x
+
+batch_size = {BATCH}
+in_features = {IN_FEATURES}
+out_features = {OUT_FEATURES}
+add_value_shape = (out_features,)
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, add_value_shape]
+''',
+    ),
+}
+
+LEVEL_DIR = "KernelBench/level2"
+README = "# KernelBench (test fixture)\n\nSmall re-implementations of level-2 tasks 53, 81, 95.\n"
+
+_FIXED_IDENTITY = {
+    "GIT_AUTHOR_NAME": "kbfuse tests",
+    "GIT_AUTHOR_EMAIL": "tests@kbfuse.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "kbfuse tests",
+    "GIT_COMMITTER_EMAIL": "tests@kbfuse.invalid",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in `repo` with a fixed identity and date; returns stdout, stripped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(_FIXED_IDENTITY)
+    proc = subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+def commit_files(repo: Path, files: dict[str, str | None], message: str) -> str:
+    """Write (or delete, for None) files relative to `repo`, commit them, return the commit id."""
+    for rel, text in files.items():
+        path = repo / rel
+        if text is None:
+            git(repo, "rm", "-q", "--", rel)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        git(repo, "add", "--", rel)
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def task_relpath(task: int) -> str:
+    return f"{LEVEL_DIR}/{TASK_FILES[task][0]}"
+
+
+def make_kernelbench_repo(root: Path, tasks=(53, 81, 95)) -> tuple[str, str]:
+    """Create a KernelBench-shaped repository at `root`; return (path, pinned commit).
+
+    First commit (returned): README and the task files. Second commit (the branch tip):
+    task 53's scaling_factor changed to 0.25 and the README extended, so tests can pin a
+    "wrong" commit or compare two pins.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "-c", "init.defaultBranch=main", "init", "-q")
+    files: dict[str, str | None] = {"README.md": README}
+    files.update({task_relpath(task): TASK_FILES[task][1] for task in tasks})
+    pinned = commit_files(root, files, "Add level-2 tasks")
+    second: dict[str, str | None] = {"README.md": README + "\nSecond commit.\n"}
+    if 53 in tasks:
+        second[task_relpath(53)] = TASK_FILES[53][1].replace(
+            "scaling_factor = 0.5", "scaling_factor = 0.25"
+        )
+    commit_files(root, second, "Change task 53 scaling")
+    return str(root), pinned

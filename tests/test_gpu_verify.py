@@ -1,0 +1,180 @@
+"""The verify stage: findings on the CPU, measured FTZ and the task-81 witness on the GPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from test_gpu_launch import BASE_OPTIONS, compile_artifact, host_witness_product, pin_tasks
+
+from kbfuse import cudacache
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json, write_json
+from kbfuse.numerics import f32_bits_hex
+from kbfuse.verify import describe_finding, verify_variant
+
+# --------------------------------------------------------------------------- CPU
+
+
+def test_no_finding_when_requested_expected_and_effective_agree():
+    for ftz in (False, True):
+        opts = [f"--ftz={str(ftz).lower()}"]
+        assert describe_finding("v", "nvrtc-cubin", ftz, ftz, ftz, opts, []) is None
+    # nothing requested: the compilers' default, FTZ off
+    assert describe_finding("v", "nvrtc-cubin", None, False, False, ["--fmad=false"], []) is None
+
+
+def test_cupy_implicit_ftz_is_a_finding():
+    finding = describe_finding(
+        "cupy-default",
+        "cupy-default",
+        None,
+        True,
+        True,
+        ["--std=c++11", "--fmad=false", "-ftz=true"],
+        ["-ftz=true"],
+    )
+    assert finding == (
+        "cupy-default: options do not request FTZ, but CuPy's implicit -ftz=true "
+        "flushes subnormals to zero"
+    )
+    overridden = describe_finding(
+        "cupy-noftz", "cupy-default", False, True, True, ["--ftz=false", "-ftz=true"], ["-ftz=true"]
+    )
+    assert overridden.startswith("cupy-noftz: options request FTZ off, but CuPy's implicit -ftz")
+
+
+def test_artifact_that_contradicts_its_options_is_a_finding():
+    finding = describe_finding("stale", "nvrtc-cubin", False, False, True, ["--ftz=false"], [])
+    assert finding.startswith(
+        "stale: options request FTZ off, but the artifact flushes subnormals to zero "
+        "(actual options: --ftz=false); stale: the options actually passed imply FTZ off"
+    )
+    assert "compute-cache" in finding
+    kept = describe_finding("odd", "nvrtc-ptx", True, True, False, ["--ftz=true"], [])
+    assert "options request FTZ on, but the artifact keeps subnormals" in kept
+
+
+def test_bad_metadata_fails_before_cuda_and_writes_no_result(tmp_path):
+    meta = tmp_path / "meta.json"
+    write_json(meta, {"kind": "env"})
+    out, log = tmp_path / "verify.json", tmp_path / "verify.log"
+    with pytest.raises(KbfuseError, match="is not a compile record"):
+        verify_variant(tmp_path / "tails.bin", meta, tmp_path, None, out, log)
+    assert not out.exists()
+    assert "failed: compile metadata" in log.read_text()
+    write_json(meta, {"kind": "compile", "variant": "v"})
+    with pytest.raises(KbfuseError, match=r"lacks key\(s\) \['route', 'kernel'"):
+        verify_variant(tmp_path / "tails.bin", meta, tmp_path, None, out, log)
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.fixture(scope="module")
+def verify_env(kb_repo, tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu-verify")
+    checkout, _, pin_path = pin_tasks(kb_repo, root)
+    return root, checkout, pin_path
+
+
+def run_verify(root, checkout, pin_path, name, artifact, meta):
+    meta_path = root / name / "meta.json"
+    out, log = root / "verify" / f"{name}.json", root / "verify" / f"{name}.log"
+    record = verify_variant(artifact, meta_path, checkout, pin_path, out, log)
+    saved = read_json(out)
+    assert saved["effective_ftz"] == record["effective_ftz"]
+    assert log.read_text().splitlines()[-1] == f"wrote {out}"
+    assert meta["artifact_sha256"] == record["artifact_sha256"]
+    return record, saved
+
+
+@pytest.mark.gpu
+def test_verify_noftz_cubin_keeps_subnormals_and_matches_eager(verify_env):
+    root, checkout, pin_path = verify_env
+    options = [*BASE_OPTIONS, "--ftz=false"]
+    artifact, meta = compile_artifact(root, "noftz", "nvrtc-cubin", options)
+    _, saved = run_verify(root, checkout, pin_path, "noftz", artifact, meta)
+    assert saved["kind"] == "verify" and saved["variant"] == "noftz"
+    assert saved["requested_ftz"] is False
+    assert saved["expected_ftz"] is False
+    assert saved["effective_ftz"] is False
+    assert saved["mismatch"] is False and saved["requested_mismatch"] is False
+    assert saved["finding"] is None
+    witness = saved["witness"]
+    assert witness["subnormal_kept"] is True
+    assert witness["output_bits"] == f32_bits_hex(float(host_witness_product())) == "0x000116c2"
+    assert [r["input"] for r in saved["task81"]] == [-88.0, -87.5]
+    assert all(r["bit_equal"] for r in saved["task81"])
+    assert saved["task81"][0]["reference"] == -2.6640246534862188e-37
+    assert saved["task81"][0]["output"] == -2.6640246534862188e-37
+    assert saved["task81_note"] is None
+    assert saved["cuda_cache"] == cudacache.current_setting()
+
+
+@pytest.mark.gpu
+def test_verify_ftz_cubin_flushes(verify_env):
+    root, checkout, pin_path = verify_env
+    artifact, meta = compile_artifact(root, "ftz", "nvrtc-cubin", [*BASE_OPTIONS, "--ftz=true"])
+    _, saved = run_verify(root, checkout, pin_path, "ftz", artifact, meta)
+    assert (saved["requested_ftz"], saved["expected_ftz"], saved["effective_ftz"]) == (
+        True,
+        True,
+        True,
+    )
+    assert saved["witness"]["output"] == 0.0 and saved["witness"]["subnormal_kept"] is False
+    at88 = saved["task81"][0]
+    assert at88["output_bits"] == "0x80000000" and at88["bit_equal"] is False
+    assert at88["reference"] == -2.6640246534862188e-37
+    assert saved["finding"] is None and saved["mismatch"] is False
+
+
+@pytest.mark.gpu
+def test_verify_cupy_default_reports_the_implicit_ftz(verify_env):
+    root, checkout, pin_path = verify_env
+    artifact, meta = compile_artifact(root, "cupy-default", "cupy-default", BASE_OPTIONS)
+    assert "-ftz=true" in meta["implicit_options"]
+    _, saved = run_verify(root, checkout, pin_path, "cupy-default", artifact, meta)
+    assert saved["requested_ftz"] is None
+    assert saved["expected_ftz"] is True and saved["effective_ftz"] is True
+    assert saved["requested_mismatch"] is False and saved["mismatch"] is False
+    assert saved["finding"] == (
+        "cupy-default: options do not request FTZ, but CuPy's implicit -ftz=true "
+        "flushes subnormals to zero"
+    )
+
+
+@pytest.mark.gpu
+def test_verify_reports_an_artifact_that_contradicts_its_options(verify_env):
+    """A flushing cubin whose metadata says --ftz=false: what a stale compute cache produces."""
+    root, checkout, pin_path = verify_env
+    artifact, meta = compile_artifact(root, "src-ftz", "nvrtc-cubin", [*BASE_OPTIONS, "--ftz=true"])
+    stale = root / "stale"
+    stale.mkdir()
+    shutil.copy(artifact, stale / "tails.bin")
+    options = [*BASE_OPTIONS, "--ftz=false"]
+    meta = {
+        **meta,
+        "variant": "stale",
+        "requested_options": options,
+        "actual_options": options,
+        "expected_ftz": False,
+    }
+    write_json(stale / "meta.json", meta)
+    _, saved = run_verify(root, checkout, pin_path, "stale", stale / "tails.bin", meta)
+    assert saved["effective_ftz"] is True
+    assert saved["mismatch"] is True and saved["requested_mismatch"] is True
+    assert saved["finding"].startswith("stale: options request FTZ off, but the artifact flushes")
+    assert "the options actually passed imply FTZ off" in saved["finding"]
+
+
+@pytest.mark.gpu
+def test_verify_without_task81_records_why(verify_env):
+    root, checkout, _ = verify_env
+    artifact, meta = compile_artifact(root, "no81", "nvrtc-ptx", [*BASE_OPTIONS, "--ftz=false"])
+    out = root / "verify" / "no81.json"
+    record = verify_variant(artifact, root / "no81" / "meta.json", checkout, None, out)
+    assert record["task81"] == []
+    assert record["task81_note"] == "task 81 is not in the study: no task-81 tail witness was run"
+    assert record["effective_ftz"] is False and record["finding"] is None

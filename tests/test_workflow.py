@@ -1,0 +1,228 @@
+"""The workflow end to end on the CPU, and what a change makes it rerun.
+
+The CPU rules (KernelBench pin, NVRTC compiles for sm_90, direction witness) really run
+against a small KernelBench-shaped git repository. The GPU part of the DAG is checked by
+dry-run: for the regeneration tests its outputs are stood in for by placeholder files
+(never read: only their existence and age matter to the scheduler), so the jobs a
+change would rerun can be listed exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import snakemake, write_test_config
+
+from kbfuse.io import read_json
+
+CPU_VARIANTS = ["nvrtc-cubin-noftz", "nvrtc-cubin-ftz", "nvrtc-ptx-noftz", "nvrtc-ptx-ftz"]
+ALL_VARIANTS = ["cupy-default", *CPU_VARIANTS]
+
+
+def planned_jobs(workdir: Path, *args: str) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry-run would run."""
+    proc = snakemake(workdir, "--dry-run", "--cores", "1", *args)
+    jobs, rule = set(), None
+    for line in proc.stdout.splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
+            rule = m.group(1)
+            jobs.add((rule, ""))
+        elif rule and (m := re.match(r"^wildcards: (.*)$", line.strip())):
+            jobs.discard((rule, ""))
+            jobs.add((rule, m.group(1)))
+    if not jobs:
+        assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout
+    return jobs
+
+
+def rules_of(jobs) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for rule, _ in jobs:
+        counts[rule] = counts.get(rule, 0) + 1
+    return counts
+
+
+def test_full_default_dag_by_dry_run(workflow_copy):
+    workdir, overlay = workflow_copy
+    jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
+    assert rules_of(jobs) == {
+        "all": 1,
+        "kernelbench_checkout": 1,
+        "kernelbench_task": 3,
+        "kernelbench_pin": 1,
+        "compile_variant": 5,
+        "verify_variant": 5,
+        "env_fingerprint": 1,
+        "correctness_variant": 15,
+        "correctness_baselines": 3,
+        "timing": 3,
+        "controls": 3,
+        "witness81": 1,
+        "direction_witness": 1,
+        "margin_audit": 1,
+    }
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, kb_repo):
+    """A workflow copy whose CPU part really ran (tasks 53 and 81 only)."""
+    from conftest import copy_workflow
+
+    workdir = copy_workflow(tmp_path_factory.mktemp("cpu-run"))
+    overlay = write_test_config(workdir, *kb_repo, tasks=[53, 81])
+    snakemake(workdir, "--cores", "2", "cpu", "--configfile", str(overlay))
+    return workdir, overlay
+
+
+def test_cpu_target_produces_pin_compiles_and_witness(cpu_run, kb_repo):
+    workdir, _ = cpu_run
+    url, commit = kb_repo
+    pin = read_json(workdir / "results/kernelbench/pin.json")
+    assert pin["commit"] == pin["head"] == commit
+    assert sorted(pin["tasks"]) == ["53", "81"]
+    metas = {v: read_json(workdir / f"results/compile/{v}/meta.json") for v in CPU_VARIANTS}
+    for variant, meta in metas.items():
+        assert meta["variant"] == variant
+        assert meta["arch"] == "sm_90"
+        assert meta["cuda_cache"]["CUDA_CACHE_DISABLE"] == "1"
+        assert meta["expected_ftz"] is variant.endswith("-ftz")
+    for route in ("nvrtc-cubin", "nvrtc-ptx"):
+        on, off = metas[f"{route}-ftz"], metas[f"{route}-noftz"]
+        # Without --ftz only libdevice's approximate ex2/rcp keep .ftz (they exist in no
+        # other form); with it every float instruction carries it.
+        assert set(off["ptx_ftz_opcodes"]) <= {"ex2.approx.ftz.f32", "rcp.approx.ftz.f32"}
+        assert on["ptx_ftz_count"] > 5 * off["ptx_ftz_count"]
+        assert "mul.rn.ftz.f32" in on["ptx_ftz_opcodes"]
+    assert not (workdir / "results/compile/cupy-default").exists()
+    witness = read_json(workdir / "results/protocol/direction_witness.json")
+    assert witness["allclose_a_b"] != witness["allclose_b_a"]
+    assert planned_jobs(workdir, "cpu", "--configfile", str(cpu_run[1])) == set()
+
+
+def _stand_in_for_gpu_outputs(workdir: Path, overlay: Path) -> None:
+    """Create the outputs that only a GPU could make, newer than everything else."""
+    pending = planned_jobs(workdir, "all", "--configfile", str(overlay))
+    assert {rule for rule, _ in pending} <= {
+        "all",
+        "compile_variant",  # cupy-default needs CuPy and a GPU
+        "verify_variant",
+        "env_fingerprint",
+        "correctness_variant",
+        "correctness_baselines",
+        "timing",
+        "controls",
+        "witness81",
+        "margin_audit",
+    }
+    summary = snakemake(workdir, "--summary", "all", "--configfile", str(overlay)).stdout
+    later = time.time() + 5
+    for line in summary.splitlines()[1:]:
+        path = line.split("\t")[0]
+        if path.startswith("results/") and not Path(workdir, path).exists():
+            target = Path(workdir, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("placeholder\n")
+            os.utime(target, (later, later))
+
+
+@pytest.fixture(scope="module")
+def settled_run(cpu_run):
+    workdir, overlay = cpu_run
+    _stand_in_for_gpu_outputs(workdir, overlay)
+    assert planned_jobs(workdir, "all", "--configfile", str(overlay)) == set()
+    return workdir, overlay
+
+
+@pytest.fixture
+def settled(settled_run, tmp_path):
+    """A private copy (mtimes and Snakemake metadata kept) of the settled run."""
+    workdir, overlay = settled_run
+    copy = tmp_path / "wf"
+    shutil.copytree(workdir, copy, symlinks=True)
+    return copy, copy / overlay.name
+
+
+def _overlay_with(workdir: Path, base: Path, name: str, **changes) -> Path:
+    cfg = yaml.safe_load(base.read_text())
+    cfg.update(changes)
+    path = workdir / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_unchanged_tree_has_nothing_to_do(settled):
+    workdir, overlay = settled
+    assert planned_jobs(workdir, "all", "--configfile", str(overlay)) == set()
+
+
+def test_changing_one_variant_reruns_only_its_compile_and_dependents(settled):
+    workdir, overlay = settled
+    options = ["--std=c++11", "--fmad=false", "--ftz=true", "-lineinfo"]
+    changed = _overlay_with(
+        workdir,
+        overlay,
+        "changed.yaml",
+        variants={"nvrtc-ptx-ftz": {"route": "nvrtc-ptx", "options": options}},
+    )
+    jobs = planned_jobs(workdir, "all", "--configfile", str(changed))
+    assert jobs == {
+        ("all", ""),
+        ("compile_variant", "variant=nvrtc-ptx-ftz"),
+        ("verify_variant", "variant=nvrtc-ptx-ftz"),
+        ("correctness_variant", "task=53, variant=nvrtc-ptx-ftz"),
+        ("correctness_variant", "task=81, variant=nvrtc-ptx-ftz"),
+        ("timing", "task=53"),
+        ("timing", "task=81"),
+        ("controls", "task=53"),
+        ("controls", "task=81"),
+        ("witness81", ""),
+        ("margin_audit", ""),
+    }
+    cpu_jobs = planned_jobs(workdir, "cpu", "--configfile", str(changed))
+    assert cpu_jobs == {("cpu", ""), ("compile_variant", "variant=nvrtc-ptx-ftz")}
+
+
+def test_adding_a_task_adds_only_that_tasks_jobs(settled):
+    workdir, overlay = settled
+    more = _overlay_with(workdir, overlay, "more.yaml", tasks=[53, 81, 95])
+    jobs = planned_jobs(workdir, "all", "--configfile", str(more))
+    assert jobs == {
+        ("all", ""),
+        ("kernelbench_task", "task=95"),
+        ("kernelbench_pin", ""),
+        *{("correctness_variant", f"task=95, variant={v}") for v in ALL_VARIANTS},
+        ("correctness_baselines", "task=95"),
+        ("timing", "task=95"),
+        ("controls", "task=95"),
+        ("margin_audit", ""),
+    }
+
+
+def _edit(path: Path) -> None:
+    """A real edit (Snakemake skips inputs whose mtime moved but whose checksum did not)."""
+    comment = "// edited\n" if path.suffix == ".cu" else "# edited\n"
+    path.write_text(path.read_text() + comment)
+    later = time.time() + 60
+    os.utime(path, (later, later))
+
+
+def test_editing_a_library_module_reruns_the_rules_that_use_it(settled):
+    workdir, overlay = settled
+    _edit(workdir / "src/kbfuse/protocol.py")
+    jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
+    assert jobs == {("all", ""), ("direction_witness", ""), ("margin_audit", "")}
+
+
+def test_editing_the_kernel_source_reruns_every_compile_and_gpu_stage(settled):
+    workdir, overlay = settled
+    _edit(workdir / "kernels/naive.cu")
+    counts = rules_of(planned_jobs(workdir, "all", "--configfile", str(overlay)))
+    assert counts["compile_variant"] == 5
+    assert counts["correctness_variant"] == 10
+    assert "kernelbench_task" not in counts and "direction_witness" not in counts

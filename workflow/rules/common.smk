@@ -1,0 +1,115 @@
+from kbfuse.config import check_config
+from kbfuse.config import variant_spec as _variant_spec
+from kbfuse.deps import module_files
+from kbfuse.routes import ROUTES
+
+check_config(config, kernels_dir=Path(workflow.basedir) / "kernels")
+
+ENV = "../../envs/kbfuse.yaml"
+TASKS = [int(t) for t in config["tasks"]]
+VARIANTS = list(config["variants"])
+
+
+wildcard_constraints:
+    task="|".join(str(t) for t in TASKS),
+    variant="|".join(VARIANTS),
+
+
+def variant_spec(wildcards):
+    return _variant_spec(config, wildcards.variant)
+
+
+def variant_source(wildcards):
+    return f"kernels/{_variant_spec(config, wildcards.variant)['kernel']}.cu"
+
+
+def compiles_without_gpu(variant):
+    route = ROUTES[config["variants"][variant]["route"]]
+    return config["arch"] != "auto" and not route.needs_gpu_to_compile
+
+
+def compile_gpu(wildcards):
+    return 0 if compiles_without_gpu(wildcards.variant) else 1
+
+
+def artifacts(variants=None):
+    return {
+        v: (f"results/compile/{v}/tails.bin", f"results/compile/{v}/meta.json")
+        for v in (VARIANTS if variants is None else variants)
+    }
+
+
+def artifact_files(variants=None):
+    return [path for pair in artifacts(variants).values() for path in pair]
+
+
+def task_pin(task):
+    return f"results/kernelbench/tasks/{task}.json"
+
+
+def witness_pins():
+    """Task 81's pin when the study includes it (verify and witness81 use its tail)."""
+    return [task_pin(81)] if 81 in TASKS else []
+
+
+def correctness_files(task):
+    return {v: f"results/correctness/{task}/{v}.json" for v in VARIANTS}
+
+
+def task_inputs(wildcards):
+    return {
+        "checkout": "results/kernelbench/checkout",
+        "pin": task_pin(wildcards.task),
+    }
+
+
+def gpu_results():
+    files = expand("results/verify/{variant}.json", variant=VARIANTS)
+    files += ["results/env/fingerprint.json"]
+    if 81 in TASKS:
+        files += ["results/controls/witness81.json"]
+    files += expand(
+        "results/correctness/{task}/{variant}.json", task=TASKS, variant=VARIANTS
+    )
+    files += expand("results/correctness/{task}/baselines.json", task=TASKS)
+    files += expand("results/timing/{task}.json", task=TASKS)
+    files += expand("results/controls/{task}.json", task=TASKS)
+    return files
+
+
+def cpu_targets():
+    cpu_variants = [v for v in VARIANTS if compiles_without_gpu(v)]
+    return [
+        "results/kernelbench/pin.json",
+        *artifact_files(cpu_variants),
+        "results/protocol/direction_witness.json",
+    ]
+
+
+def all_targets():
+    return [
+        "results/kernelbench/pin.json",
+        *artifact_files(),
+        *gpu_results(),
+        "results/protocol/direction_witness.json",
+        "results/protocol/margin_audit.json",
+    ]
+
+
+def timing_inputs(wildcards):
+    return {
+        **task_inputs(wildcards),
+        "artifacts": artifact_files(),
+        "correctness": list(correctness_files(wildcards.task).values()),
+        "baselines": f"results/correctness/{wildcards.task}/baselines.json",
+        "code": module_files("timing"),
+    }
+
+
+def controls_inputs(wildcards):
+    return {
+        **task_inputs(wildcards),
+        "artifacts": artifact_files(),
+        "correctness": list(correctness_files(wildcards.task).values()),
+        "code": module_files("controls"),
+    }

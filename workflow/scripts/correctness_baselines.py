@@ -1,0 +1,16 @@
+from kbfuse.jobs import job
+
+with job(snakemake.log[0], "correctness_baselines", gpu=True):
+    from kbfuse.correctness import run_baselines
+
+    run_baselines(
+        task=int(snakemake.wildcards.task),
+        checkout=snakemake.input.checkout,
+        pin_path=snakemake.input.pin,
+        seeds=snakemake.params.seeds,
+        distributions=snakemake.params.distributions,
+        tolerance=snakemake.params.tolerance,
+        input_seed=snakemake.params.input_seed,
+        out=snakemake.output[0],
+        log=None,
+    )

@@ -1,0 +1,6 @@
+from kbfuse.jobs import job
+from kbfuse.protocol import write_direction_witness
+
+with job(snakemake.log[0], "direction_witness"):
+    tol = snakemake.params.tolerance
+    write_direction_witness(atol=tol["atol"], rtol=tol["rtol"], out=snakemake.output[0])

@@ -15,6 +15,9 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 # kbfuse's check first (its messages name key and value), then Snakemake's own, which
 # fills in the schema's defaults.
 from kbfuse.config import validate_schema
@@ -32,6 +35,7 @@ include: "workflow/rules/correctness.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/controls.smk"
 include: "workflow/rules/protocol.smk"
+include: "workflow/rules/summary.smk"
 
 
 rule all:

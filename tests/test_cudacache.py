@@ -24,7 +24,9 @@ MARKS = ("KBFUSE_PRIVATE_CUDA_CACHE_PATH", "KBFUSE_PRIVATE_CUPY_CACHE_DIR")
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    """os.environ without any cache variable; everything restored after the test."""
+    """os.environ without any cache variable, in a process whose CUDA driver counts as not yet
+    initialised (these tests check the bookkeeping); everything restored after the test."""
+    monkeypatch.setattr(cudacache, "driver_initialised", lambda: False)
     saved = dict(os.environ)
     for var in (*cudacache.ISOLATION_VARIABLES, *MARKS):
         monkeypatch.delenv(var, raising=False)
@@ -116,3 +118,44 @@ def test_isolated_env_for_a_child_process(clean_env, tmp_path):
     assert cudacache.current_setting()["isolated"] is False  # this process is unchanged
     os.environ.update(env)
     assert cudacache.current_setting() == ISOLATED_RECORD
+
+
+def test_isolate_refuses_once_the_driver_is_initialised(clean_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(cudacache, "driver_initialised", lambda: True)
+    with pytest.raises(KbfuseError, match="CUDA driver is already initialised"):
+        cudacache.isolate(tmp_path)
+
+
+_DRIVER_CHILD = """
+import sys
+from kbfuse import cudacache
+from kbfuse.errors import KbfuseError
+before = cudacache.driver_initialised()
+import ctypes
+ctypes.CDLL("libcuda.so.1").cuInit(0)
+after = cudacache.driver_initialised()
+try:
+    cudacache.isolate(sys.argv[1])
+    refused = False
+except KbfuseError:
+    refused = True
+print(before, after, refused)
+"""
+
+
+@pytest.mark.gpu
+def test_driver_initialisation_is_detected(tmp_path):
+    import subprocess
+
+    env = cudacache.default_cache_env()
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER_CHILD, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "True"]

@@ -43,8 +43,8 @@ _COMPILE_IN_CHILD = """
 import json, sys
 from kbfuse.compile import compile_variant
 a = json.loads(sys.argv[1])
-compile_variant(a["source"], a["variant"], a["arch"], artifact=a["artifact"], meta=a["meta"],
-                log=a["log"])
+compile_variant(a["source"], a["variant"], a["spec"], a["arch"], artifact=a["artifact"],
+                meta=a["meta"], log=a["log"])
 """
 
 
@@ -54,7 +54,8 @@ def compile_artifact(root: Path, name: str, route: str, options, arch: str = "au
     out.mkdir(parents=True, exist_ok=True)
     args = {
         "source": str(SOURCE),
-        "variant": {"name": name, "route": route, "kernel": "naive", "options": list(options)},
+        "variant": name,
+        "spec": {"route": route, "kernel": "naive", "options": list(options)},
         "arch": arch,
         "artifact": str(out / "tails.bin"),
         "meta": str(out / "meta.json"),

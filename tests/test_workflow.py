@@ -23,6 +23,8 @@ from kbfuse.io import read_json
 
 CPU_VARIANTS = ["nvrtc-cubin-noftz", "nvrtc-cubin-ftz", "nvrtc-ptx-noftz", "nvrtc-ptx-ftz"]
 ALL_VARIANTS = ["cupy-default", *CPU_VARIANTS]
+# Jobs that read every result, so any change upstream reruns them.
+AGGREGATES = {("margin_audit", ""), ("summary", ""), ("manifest", ""), ("bundle", "")}
 
 
 def planned_jobs(workdir: Path, *args: str) -> set[tuple[str, str]]:
@@ -66,6 +68,9 @@ def test_full_default_dag_by_dry_run(workflow_copy):
         "witness81": 1,
         "direction_witness": 1,
         "margin_audit": 1,
+        "summary": 1,
+        "manifest": 1,
+        "bundle": 1,
     }
 
 
@@ -119,6 +124,9 @@ def _stand_in_for_gpu_outputs(workdir: Path, overlay: Path) -> None:
         "controls",
         "witness81",
         "margin_audit",
+        "summary",
+        "manifest",
+        "bundle",
     }
     summary = snakemake(workdir, "--summary", "all", "--configfile", str(overlay)).stdout
     later = time.time() + 5
@@ -182,7 +190,7 @@ def test_changing_one_variant_reruns_only_its_compile_and_dependents(settled):
         ("controls", "task=53"),
         ("controls", "task=81"),
         ("witness81", ""),
-        ("margin_audit", ""),
+        *AGGREGATES,
     }
     cpu_jobs = planned_jobs(workdir, "cpu", "--configfile", str(changed))
     assert cpu_jobs == {("cpu", ""), ("compile_variant", "variant=nvrtc-ptx-ftz")}
@@ -200,7 +208,7 @@ def test_adding_a_task_adds_only_that_tasks_jobs(settled):
         ("correctness_baselines", "task=95"),
         ("timing", "task=95"),
         ("controls", "task=95"),
-        ("margin_audit", ""),
+        *AGGREGATES,
     }
 
 
@@ -216,7 +224,7 @@ def test_editing_a_library_module_reruns_the_rules_that_use_it(settled):
     workdir, overlay = settled
     _edit(workdir / "src/kbfuse/protocol.py")
     jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
-    assert jobs == {("all", ""), ("direction_witness", ""), ("margin_audit", "")}
+    assert jobs == {("all", ""), ("direction_witness", ""), *AGGREGATES}
 
 
 def test_editing_the_kernel_source_reruns_every_compile_and_gpu_stage(settled):

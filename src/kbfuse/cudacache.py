@@ -11,6 +11,7 @@ these variables once, at initialisation).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import tempfile
@@ -24,13 +25,30 @@ ISOLATION_VARIABLES = (
     "CUPY_CACHE_DIR",
     "CUPY_CACHE_IN_MEMORY",
 )
+CUDA_SUCCESS = 0
 # Remember which directories `isolate` created, also for child processes (which inherit os.environ).
 _MARK_CUDA = "KBFUSE_PRIVATE_CUDA_CACHE_PATH"
 _MARK_CUPY = "KBFUSE_PRIVATE_CUPY_CACHE_DIR"
 
 
+def driver_initialised() -> bool:
+    """True once cuInit has run in this process (by anyone: torch, CuPy, NVRTC, ...).
+
+    Looks at libcuda only if it is already loaded (RTLD_NOLOAD): before cuInit, cuDeviceGetCount
+    answers CUDA_ERROR_NOT_INITIALIZED.
+    """
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1", mode=getattr(os, "RTLD_NOLOAD", 4))
+    except OSError:
+        return False
+    count = ctypes.c_int()
+    return libcuda.cuDeviceGetCount(ctypes.byref(count)) == CUDA_SUCCESS
+
+
 def cuda_initialised() -> str | None:
     """Why CUDA may already be initialised in this process, or None. Never imports torch/cupy."""
+    if driver_initialised():
+        return "the CUDA driver is already initialised in this process (cuInit has run)"
     if "cupy" in sys.modules:
         return "cupy is already imported"
     torch = sys.modules.get("torch")

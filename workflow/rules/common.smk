@@ -2,6 +2,7 @@ from kbfuse.config import check_config
 from kbfuse.config import variant_spec as _variant_spec
 from kbfuse.deps import module_files
 from kbfuse.routes import ROUTES
+from kbfuse.summary import caption_name, summary_inputs, summary_outputs
 
 check_config(config, kernels_dir=Path(workflow.basedir) / "kernels")
 
@@ -86,13 +87,40 @@ def cpu_targets():
     ]
 
 
-def all_targets():
+def study_results():
+    """Every result of the study proper: what the summary reads and the manifest hashes."""
     return [
         "results/kernelbench/pin.json",
         *artifact_files(),
         *gpu_results(),
         "results/protocol/direction_witness.json",
         "results/protocol/margin_audit.json",
+    ]
+
+
+def summary_files():
+    return [f"results/summary/{name}" for name in summary_outputs(config)]
+
+
+def manifest_files():
+    return study_results() + summary_files()
+
+
+def report_category(name):
+    if name.endswith(".png"):
+        return "Plots"
+    if name.startswith(("timing", "small_shapes", "ftz_cost")):
+        return "Time"
+    if name.startswith(("environment",)):
+        return "Environment"
+    return "Bits"
+
+
+def all_targets():
+    return [
+        *manifest_files(),
+        "results/manifest.json",
+        "results/bundle/kbfuse-results.tar.gz",
     ]
 
 

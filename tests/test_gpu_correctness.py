@@ -267,6 +267,17 @@ def test_check_case_uses_equal_nan_only_where_the_reference_has_nan():
     assert not nan_elsewhere["gate_pass"]
 
 
+def test_gated_ratio_ignores_the_nan_positions_of_the_reference():
+    ref = torch.tensor([math.nan, 1.0, 2.0])
+    cand = torch.tensor([math.nan, 1.0, 2.0 + 1e-4])
+    case = check_case(ref, cand, TOLERANCE, "tail/nonfinite", "tail_control")
+    assert case["max_ratio_official"] == math.inf and case["gate_pass"]
+    result = assemble([case], {"capturable": True, "error": None})
+    assert result["summary"]["max_ratio_official"] == math.inf
+    # about 1e-4 / (atol + rtol * 2) = 1/3; the float32 difference is not exactly 1e-4
+    assert 0.3 < result["gated_max_ratio_official"] < 0.36
+
+
 def test_assemble_lists_failing_checks_and_capture_failures():
     ref = torch.tensor([1.0, 2.0])
     good = check_case(ref, ref.clone(), TOLERANCE, "seed0/uniform", "full_program")
@@ -274,7 +285,9 @@ def test_assemble_lists_failing_checks_and_capture_failures():
     result = assemble([good, bad], {"capturable": True, "error": None})
     assert result["passed"] is False and result["failing_checks"] == ["tail/large"]
     assert result["summary"]["cases"] == 2 and result["summary"]["official_passes"] == 1
+    assert result["gated_max_ratio_official"] == bad["max_ratio_official"] > 1
     ok = assemble([good], {"capturable": True, "error": None})
+    assert ok["gated_max_ratio_official"] == 0.0
     assert ok["passed"] is True and ok["failing_checks"] == []
     uncapturable = assemble([good], {"capturable": False, "error": "RuntimeError: x"})
     assert uncapturable["passed"] is False and uncapturable["failing_checks"] == ["graph/capture"]

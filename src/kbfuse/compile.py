@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,7 @@ class Compiled:
     ptx_note: str
     predicted_options: list[str]
     notes: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # route-specific meta fields
 
 
 # --- inputs ---------------------------------------------------------------------------------
@@ -48,7 +50,7 @@ class Compiled:
 
 def check_spec(variant: str, spec) -> tuple[str, str, list[str]]:
     """(route, kernel, options) of a variant spec, or KbfuseError naming the bad key."""
-    if not isinstance(spec, dict):
+    if not isinstance(spec, Mapping):
         raise KbfuseError(f"variant {variant!r}: spec must be a mapping, got {spec!r}")
     missing = [key for key in ("route", "kernel", "options") if key not in spec]
     if missing:
@@ -235,8 +237,10 @@ def _cupy_nvrtc_library() -> str | None:
     try:  # CuPy 14 loads NVRTC through cuda.pathfinder, which caches the handle it returns
         from cuda.pathfinder import load_nvidia_dynamic_lib
 
-        return load_nvidia_dynamic_lib("nvrtc").abs_path
-    except Exception:  # noqa: BLE001 - any failure: fall back to the process's mappings
+        path = load_nvidia_dynamic_lib("nvrtc").abs_path
+        if path:
+            return path
+    except Exception:  # any failure: fall back to the process's mappings
         pass
     try:
         with open("/proc/self/maps") as maps:
@@ -259,22 +263,24 @@ def compile_cupy_default(source: str, options: list[str], arch: str, name: str) 
         raise KbfuseError(
             "route cupy-default needs CuPy (pip install cupy-cuda13x) and a GPU"
         ) from exc
+    try:
+        devices = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError without a driver or device
+        raise KbfuseError(f"route cupy-default needs a GPU; CuPy sees none: {exc}") from exc
+    if devices == 0:
+        raise KbfuseError("route cupy-default needs a GPU; CuPy sees none")
     captured = []
     original = cupy_compiler._NVRTCProgram.compile
 
     def recording_compile(self, options=(), log_stream=None):
         binary, mapping = original(self, options, log_stream)
         if self.src == source:
-            try:
-                ptx = cupy_nvrtc.getPTX(self.ptr)
-            except Exception:  # noqa: BLE001 - PTX is optional for an sm_ target
-                ptx = None
             captured.append(
                 {
                     "options": [str(o) for o in options],
-                    "method": self.method,
                     "binary": bytes(binary),
-                    "ptx": ptx,
+                    "complete_cubin": _complete_cubin(self) if self.method == "cubin" else None,
+                    "ptx": _optional(lambda: cupy_nvrtc.getPTX(self.ptr)),
                     "log": cupy_nvrtc.getProgramLog(self.ptr),
                 }
             )
@@ -297,33 +303,28 @@ def compile_cupy_default(source: str, options: list[str], arch: str, name: str) 
             f"(CuPy {cupy.__version__}: has its compile path changed?)"
         )
     call = captured[0]
-    binary = call["binary"]
-    kind = "cubin" if _is_elf(binary) else "ptx"
-    ptx = call["ptx"]
-    if isinstance(ptx, bytes):
-        ptx = ptx.rstrip(b"\0").decode()
-    if kind == "ptx":
-        ptx = binary.rstrip(b"\0").decode()
-    major, minor = cupy_nvrtc.getVersion()
-    library = _cupy_nvrtc_library()
-    full = nvrtc.full_version_of(Path(library)) if library else None
-    notes = []
     passed_arch = routes.last_option_value(call["options"], "gpu-architecture")
     if passed_arch not in (arch, virtual_arch(arch)):
         raise KbfuseError(
             f"CuPy compiled for -arch={passed_arch} but arch is {arch}: CuPy takes the "
             "architecture from the current GPU; set arch: auto or the GPU's sm_XY"
         )
-    if kind != "cubin":
-        notes.append(f"CuPy produced PTX, not a cubin (-arch={passed_arch})")
+    artifact, kind, notes = _cupy_artifact(call["binary"], call["complete_cubin"])
+    ptx = call["ptx"]
+    if kind == "ptx":
+        ptx = artifact.decode()
+    elif isinstance(ptx, bytes):
+        ptx = ptx.rstrip(b"\0").decode()
+    major, minor = cupy_nvrtc.getVersion()
+    library = _cupy_nvrtc_library()
     return Compiled(
-        artifact=binary,
+        artifact=artifact,
         artifact_kind=kind,
         actual_options=call["options"],
         compiler={
             "name": "nvrtc",
             "version": f"{major}.{minor}",
-            "full_version": full,
+            "full_version": nvrtc.full_version_of(Path(library)) if library else None,
             "library": library,
             "via": f"cupy {cupy.__version__} RawModule",
         },
@@ -332,6 +333,53 @@ def compile_cupy_default(source: str, options: list[str], arch: str, name: str) 
         ptx_note="PTX from the same NVRTC program CuPy compiled (nvrtcGetPTX)",
         predicted_options=[*routes.effective_options("cupy-default", options), f"-arch={arch}"],
         notes=notes,
+        extra={
+            "cupy_binary": {"bytes": len(call["binary"]), "sha256": sha256_bytes(call["binary"])}
+        },
+    )
+
+
+def _optional(read):
+    try:
+        return read()
+    except Exception:  # an optional extra (e.g. the PTX of an sm_ target)
+        return None
+
+
+def _complete_cubin(program) -> bytes | None:
+    library = _cupy_nvrtc_library()
+    if library is None:
+        return None
+    return _optional(lambda: nvrtc.cubin_of_program(library, program.ptr))
+
+
+def _cupy_artifact(binary: bytes, complete: bytes | None) -> tuple[bytes, str, list[str]]:
+    """(artifact, kind, notes) from what CuPy compiled.
+
+    CuPy 14's getCUBIN returns the cubin without its last byte (cupy_backends/cuda/libs/
+    nvrtc.pyx, getCUBIN: `return cubin_ptr[:cubinSizeRet-1]`, "Strip the trailing NULL" as for
+    PTX). The driver accepts that in memory, but nvdisasm/cuobjdump reject the ELF; so the artifact
+    is NVRTC's complete cubin of the very program CuPy compiled, once CuPy's bytes are checked to
+    be its prefix.
+    """
+    if not _is_elf(binary):
+        return binary, "ptx", [f"CuPy produced PTX, not a cubin ({len(binary)} bytes)"]
+    if complete is None:
+        return binary, "cubin", ["CuPy's cubin kept as CuPy returned it (NVRTC's not readable)"]
+    if complete == binary:
+        return binary, "cubin", []
+    if len(complete) == len(binary) + 1 and complete.startswith(binary):
+        return (
+            complete,
+            "cubin",
+            [
+                "artifact = NVRTC's complete cubin of the program CuPy compiled; CuPy's own copy "
+                "(cupy_binary) lacks its last byte (CuPy's getCUBIN strips a 'trailing NULL')"
+            ],
+        )
+    raise KbfuseError(
+        f"CuPy's binary ({len(binary)} bytes) is not NVRTC's cubin of the same program "
+        f"({len(complete)} bytes): refusing to guess which one CuPy loads"
     )
 
 
@@ -428,8 +476,8 @@ def compile_variant(
     """
     _remove_outputs(artifact, meta)
     compiled = None
-    route = spec.get("route") if isinstance(spec, dict) else None
-    options = spec.get("options") if isinstance(spec, dict) else None
+    route = spec.get("route") if isinstance(spec, Mapping) else None
+    options = spec.get("options") if isinstance(spec, Mapping) else None
     try:
         route, kernel, options = check_spec(variant, spec)
         source_path = Path(source)
@@ -471,6 +519,7 @@ def compile_variant(
             "requested_ftz": routes.requested_ftz(options),
             "expected_ftz": routes.ftz_from_options(compiled.actual_options),
             "notes": compiled.notes,
+            **compiled.extra,
             "cuda_cache": cudacache.current_setting(),
         }
         write_bytes(artifact, compiled.artifact)

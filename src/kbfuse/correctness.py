@@ -40,7 +40,7 @@ import torch
 from kbfuse import baselines, cudacache
 from kbfuse.errors import KbfuseError
 from kbfuse.inputs import check_distributions, make_input
-from kbfuse.io import read_json, write_json
+from kbfuse.io import as_float, read_json, write_json
 from kbfuse.kernelbench import TaskSpec, build_model, load_task, read_pin
 from kbfuse.numerics import compare, f32_from_bits, summarize_cases
 from kbfuse.tails import Tail, model_float, tail_for
@@ -275,14 +275,28 @@ def check_case(
     return record
 
 
+def gated_ratio(case: Mapping) -> float:
+    """The official error ratio the gate looked at: over the non-NaN reference positions for
+    equal-NaN-gated cases (whose own max_ratio_official is inf by the NaN alone)."""
+    if case["gate"] == "official_equal_nan":
+        return as_float(case["official_on_non_nan_reference"]["max_ratio_official"])
+    return as_float(case["max_ratio_official"])
+
+
 def assemble(cases: list[dict], graph_capture: dict) -> dict:
-    """cases, summary, passed and failing_checks of one implementation."""
+    """cases, summary, passed and failing_checks of one implementation.
+
+    `gated_max_ratio_official` is the largest official ratio the gate saw: summary's
+    max_ratio_official is inf as soon as one reference holds NaN.
+    """
     failing = [case["name"] for case in cases if not case["gate_pass"]]
     if not graph_capture["capturable"]:
         failing.append("graph/capture")
+    ratios = [gated_ratio(case) for case in cases]
     return {
         "cases": cases,
         "summary": summarize_cases(cases),
+        "gated_max_ratio_official": math.nan if any(map(math.isnan, ratios)) else max(ratios),
         "passed": not failing,
         "failing_checks": failing,
         "graph_capture": graph_capture,

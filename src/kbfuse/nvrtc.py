@@ -9,6 +9,10 @@ searched in this order (first hit wins):
 3. `$CUDA_HOME/lib64` and `$CUDA_PATH/lib64`;
 4. `/usr/local/cuda/lib64`;
 5. `ctypes.util.find_library("nvrtc")`.
+
+Where a CUDA driver is installed, the first compile initialises it (cuInit runs inside NVRTC, even
+for a PTX-only compile; seen with NVRTC 13.0.88 and driver 580), and NVRTC's cubins then pass
+through the CUDA compute cache: call kbfuse.cudacache.isolate before the first compile.
 """
 
 from __future__ import annotations
@@ -234,6 +238,18 @@ def _program_log(lib: NvrtcLibrary, prog) -> str:
         .rstrip(b"\0")
         .decode(errors="replace")
     )
+
+
+def cubin_of_program(library: str, program: int) -> bytes:
+    """The complete cubin of an NVRTC program created by another binding (CuPy) in this process.
+
+    `library` must be the libnvrtc file that binding loaded: dlopen() of a loaded file returns the
+    same library instance, so `program` (an nvrtcProgram handle) is valid in it.
+    """
+    handle = ctypes.CDLL(library)
+    _bind(handle)
+    lib = NvrtcLibrary(library, "", None, "program owner", handle)
+    return _read_blob(lib, ctypes.c_void_p(program), "nvrtcGetCUBINSize", "nvrtcGetCUBIN")
 
 
 def targets_real_arch(options) -> bool:

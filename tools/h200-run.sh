@@ -23,7 +23,7 @@ rc=0
 if [ "$what" != tests ]; then
   stamp study start
   start=$(date +%s)
-  python3 -m snakemake --cores 4 all \
+  python3 -m snakemake --cores 4 --keep-going all \
     --config kernelbench="{url: $PWD/.kb/KernelBench, commit: $commit}" \
     > "$OUT/study.log" 2>&1 || rc=$?
   echo "study wall time: $(( $(date +%s) - start )) s (rc $rc)" | tee -a "$OUT/phases.txt"

@@ -46,10 +46,12 @@ def write_test_config(workdir: Path, url: str, commit: str, **overrides) -> Path
     return path
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run snakemake in `workdir`, the copied workflow's own kbfuse sources first on the path."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(workdir / "src")
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
         cwd=workdir,

@@ -3,9 +3,10 @@
 # carried Snakemake wheels, run the whole study against the carried KernelBench clone,
 # build the HTML report, run the GPU tests, and pack results and logs into $OUT.
 #   carry: .whl (bash ../shared/device/snakemake-wheels.sh + matplotlib wheels), .kb
-#   usage: bash tools/h200-run.sh [study|tests|all]
+#   usage: bash tools/h200-run.sh [study|tests|all] [pytest paths...]
 set -uo pipefail
 what="${1:-all}"
+shift || true
 export PYTHONUNBUFFERED=1
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 OUT="${OUT:-/tmp/kbfuse-out}"
@@ -34,7 +35,7 @@ if [ "$what" != tests ]; then
 fi
 if [ "$what" != study ]; then
   stamp gpu tests
-  timeout 400 python3 -m pytest -m gpu -q -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" | tail -n 25
+  timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -n 25
 fi
 stamp pack
 tar czf "$OUT/results.tar.gz" --exclude=results/kernelbench/checkout results .snakemake/metadata 2>/dev/null

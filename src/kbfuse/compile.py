@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kbfuse import cudacache, disasm, nvrtc, routes
 from kbfuse.errors import KbfuseError
+from kbfuse.faults import checkpoint
 from kbfuse.io import sha256_bytes, write_bytes, write_json, write_text
 
 ARCH_PATTERN = re.compile(r"^sm_(\d{2,3})([af]?)$")
@@ -523,6 +524,7 @@ def compile_variant(
             "cuda_cache": cudacache.current_setting(),
         }
         write_bytes(artifact, compiled.artifact)
+        checkpoint("compile", variant)  # artifact written, metadata not yet
         _write_log(log, _log_text(variant, route, compiled, options, arch))
         write_json(meta, record)
         return record

@@ -39,6 +39,7 @@ import torch
 
 from kbfuse import baselines, cudacache
 from kbfuse.errors import KbfuseError
+from kbfuse.faults import checkpoint
 from kbfuse.inputs import check_distributions, make_input
 from kbfuse.io import as_float, read_json, write_json
 from kbfuse.kernelbench import TaskSpec, build_model, load_task, read_pin
@@ -373,6 +374,7 @@ class TaskChecks:
         cases = []
         for seed in self.request["seeds"]:
             for distribution in self.request["distributions"]:
+                checkpoint("correctness", f"seed{seed}/{distribution}")
                 x = self.input(distribution, seed)
                 cases.append(
                     self.case(

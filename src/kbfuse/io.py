@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kbfuse.faults import checkpoint
+
 NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -47,6 +49,7 @@ def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        checkpoint("write", str(path))  # the temp file is complete, the target not yet there
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

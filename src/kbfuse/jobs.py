@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kbfuse import cudacache
 from kbfuse.errors import KbfuseError
+from kbfuse.faults import checkpoint
 
 
 class NoGPUError(KbfuseError):
@@ -55,6 +56,7 @@ def job(log: str | Path, stage: str, gpu: bool = False) -> Iterator[dict]:
             if gpu:
                 require_gpu(stage)
             yield record
+            checkpoint("job-end", stage)  # outputs written, Snakemake not yet told
         except Exception as exc:
             logging.getLogger("kbfuse").error("stage %s failed: %s", stage, exc)
             print(f"kbfuse: {stage} failed: {exc}", file=sys.__stderr__)

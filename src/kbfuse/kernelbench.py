@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kbfuse.errors import KbfuseError
+from kbfuse.faults import checkpoint
 from kbfuse.io import read_json, sha256_file, write_json
 
 PIN_KIND = "kernelbench_pin"
@@ -245,6 +246,7 @@ def pin_kernelbench(
         checkout.mkdir(parents=True)
         git("-c", "init.defaultBranch=kbfuse-pin", "init", "-q", cwd=checkout)
         method = _fetch_commit(git, url, commit, checkout)
+        checkpoint("clone", str(checkout))
         try:
             git(
                 "-c",

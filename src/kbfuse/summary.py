@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from kbfuse.errors import KbfuseError
+from kbfuse.faults import checkpoint
 from kbfuse.io import as_float, read_json, write_text
 
 SCHEMA_VERSION = 1
@@ -808,6 +809,7 @@ def write_summary(
     written: list[Path] = []
     for name, df in tables.items():
         written += write_table(df, outdir, name)
+        checkpoint("summary", name)
     for task in config["tasks"]:
         target = outdir / tail_plot_name(task)
         plots.plot_tail_times(tables["timing_tail"], task, target)

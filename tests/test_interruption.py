@@ -75,9 +75,8 @@ def test_killed_summary_leaves_no_partial_table_and_reruns_identically(tmp_path)
     config = ROOT / "config/config.yaml"
     args = [sys.executable, "-c", _SUMMARY, str(results), str(config)]
     subprocess.run([*args, str(tmp_path / "clean")], check=True, timeout=300)
-    env = dict(
-        os.environ, KBFUSE_PAUSE_AT="summary:timing_full", KBFUSE_PAUSE_MARKER=str(tmp_path / "m")
-    )
+    marker = tmp_path / "m"
+    env = dict(os.environ, KBFUSE_PAUSE_AT="summary:timing_full", KBFUSE_PAUSE_MARKER=str(marker))
     proc = subprocess.Popen([*args, str(tmp_path / "cut")], env=env, start_new_session=True)
     while not marker.exists():
         assert proc.poll() is None

@@ -34,6 +34,7 @@ from kbfuse.timing import (
     check_names,
     check_protocol,
     gate_variants,
+    int_at_least,
     load_modules,
     measure_program,
     paired_ratios,
@@ -54,12 +55,6 @@ _PAIR_META_KEYS = ("route", "kernel", "source_sha256", "requested_options", "exp
 # --------------------------------------------------------------------------- pure logic
 
 
-def _int_at_least(value: Any, key: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise KbfuseError(f"{key} is {value!r}: it must be an integer >= {minimum}")
-    return value
-
-
 def check_controls_cfg(cfg: Mapping[str, Any]) -> dict:
     """The `controls` config block as plain values; KbfuseError naming a bad key."""
     if not isinstance(cfg, Mapping):
@@ -71,7 +66,7 @@ def check_controls_cfg(cfg: Mapping[str, Any]) -> dict:
     tiny = cfg["tiny_values"]
     cost = cfg["ftz_cost"]
     small_shape = {
-        key: _int_at_least(shape.get(key), f"controls.small_shape.{key}", 1)
+        key: int_at_least(shape.get(key), f"controls.small_shape.{key}", 1)
         for key in ("batch", "in_features", "out_features")
     }
     low, high = tiny.get("low"), tiny.get("high")
@@ -91,13 +86,13 @@ def check_controls_cfg(cfg: Mapping[str, Any]) -> dict:
         "tiny_values": {
             "low": float(low),
             "high": float(high),
-            "dense_count": _int_at_least(
+            "dense_count": int_at_least(
                 tiny.get("dense_count"), "controls.tiny_values.dense_count", 2
             ),
         },
         "ftz_cost": {
-            "rounds": _int_at_least(cost.get("rounds"), "controls.ftz_cost.rounds", 1),
-            "replays_per_pair": _int_at_least(
+            "rounds": int_at_least(cost.get("rounds"), "controls.ftz_cost.rounds", 1),
+            "replays_per_pair": int_at_least(
                 cost.get("replays_per_pair"), "controls.ftz_cost.replays_per_pair", 1
             ),
         },
@@ -142,7 +137,7 @@ def as_rows(values: np.ndarray, cols: int) -> np.ndarray:
     The tails are elementwise, so padding does not change the first len(values) outputs;
     task 95's kernel needs cols equal to the length of its add parameter.
     """
-    _int_at_least(cols, "cols", 1)
+    int_at_least(cols, "cols", 1)
     rows = max(1, -(-values.size // cols))
     padded = np.zeros(rows * cols, dtype=np.float32)
     padded[: values.size] = values

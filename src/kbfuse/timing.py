@@ -63,7 +63,8 @@ class Progress:
 # --------------------------------------------------------------------------- pure logic
 
 
-def _positive_int(value: Any, key: str, minimum: int = 1) -> int:
+def int_at_least(value: Any, key: str, minimum: int = 1) -> int:
+    """`value` if it is an integer >= minimum; KbfuseError naming `key` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise KbfuseError(f"{key} is {value!r}: it must be an integer >= {minimum}")
     return value
@@ -77,13 +78,13 @@ def check_protocol(protocol: Mapping[str, Any]) -> dict:
     if missing:
         raise KbfuseError(f"timing protocol is missing key(s) {missing}")
     checked = {
-        "warmup": _positive_int(protocol["warmup"], "timing.warmup"),
-        "rounds": _positive_int(protocol["rounds"], "timing.rounds"),
-        "invocations_per_pair": _positive_int(
+        "warmup": int_at_least(protocol["warmup"], "timing.warmup"),
+        "rounds": int_at_least(protocol["rounds"], "timing.rounds"),
+        "invocations_per_pair": int_at_least(
             protocol["invocations_per_pair"], "timing.invocations_per_pair"
         ),
-        "order_seed": _positive_int(protocol["order_seed"], "timing.order_seed", minimum=0),
-        "input_seed": _positive_int(protocol["input_seed"], "timing.input_seed", minimum=0),
+        "order_seed": int_at_least(protocol["order_seed"], "timing.order_seed", minimum=0),
+        "input_seed": int_at_least(protocol["input_seed"], "timing.input_seed", minimum=0),
     }
     return checked
 
@@ -95,7 +96,7 @@ def round_orders(names: Sequence[str], rounds: int, order_seed: int) -> list[lis
         raise KbfuseError("round_orders: no implementations to order")
     if len(set(names)) != len(names):
         raise KbfuseError(f"round_orders: implementation names repeat: {names}")
-    _positive_int(rounds, "rounds")
+    int_at_least(rounds, "rounds")
     rng = random.Random(order_seed)
     orders = []
     for _ in range(rounds):
@@ -304,8 +305,8 @@ def time_interleaved(
 
     if method not in METHODS:
         raise KbfuseError(f"timing method {method!r} is unknown; known: {list(METHODS)}")
-    _positive_int(warmup, "warmup")
-    _positive_int(invocations_per_pair, "invocations_per_pair")
+    int_at_least(warmup, "warmup")
+    int_at_least(invocations_per_pair, "invocations_per_pair")
     names = list(impls)
     orders = round_orders(names, rounds, order_seed)
     say = log or _logger.info

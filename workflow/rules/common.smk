@@ -53,6 +53,15 @@ def witness_pins():
     return [task_pin(81)] if 81 in TASKS else []
 
 
+def variant_artifacts(wildcards=None):
+    """variant -> [artifact, meta], for the jobs that load every variant."""
+    return {v: list(pair) for v, pair in artifacts().items()}
+
+
+def variant_correctness(wildcards):
+    return correctness_files(wildcards.task)
+
+
 def correctness_files(task):
     return {v: f"results/correctness/{task}/{v}.json" for v in VARIANTS}
 

@@ -12,7 +12,8 @@ rule controls:
     resources:
         gpu=1,
     params:
-        variants=VARIANTS,
+        artifacts=variant_artifacts,
+        correctness=variant_correctness,
         baselines=config["baselines"],
         controls=config["controls"],
         tolerance=config["tolerance"],
@@ -38,7 +39,7 @@ rule witness81:
     resources:
         gpu=1,
     params:
-        variants=VARIANTS,
+        artifacts=variant_artifacts,
         inputs=config["controls"]["witness81_inputs"],
     script:
         "../scripts/witness81.py"

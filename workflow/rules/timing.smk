@@ -12,7 +12,8 @@ rule timing:
     resources:
         gpu=1,
     params:
-        variants=VARIANTS,
+        artifacts=variant_artifacts,
+        correctness=variant_correctness,
         baselines=config["baselines"],
         protocol=config["timing"],
     script:

@@ -4,12 +4,10 @@ with job(snakemake.log[0], "witness81", gpu=True):
     from kbfuse.controls import run_witness81
 
     run_witness81(
-        variants={
-            v: (f"results/compile/{v}/tails.bin", f"results/compile/{v}/meta.json")
-            for v in snakemake.params.variants
-        },
+        variants=snakemake.params.artifacts,
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pins[0],
         out=snakemake.output[0],
         log=None,
+        inputs=snakemake.params.inputs,
     )

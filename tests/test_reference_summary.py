@@ -1,0 +1,368 @@
+"""The committed H200 run (results/reference/h200) summarised again, on the CPU.
+
+Three ways in, one answer: `kbfuse summarize` (the library call), the summary, manifest and
+bundle *rules* of a copy of the workflow run on the recorded result files, and the tables
+checked against the raw case records they are built from. The tables are deterministic, so
+the rebuilt CSV and Markdown must equal the committed ones byte for byte.
+
+Running the aggregate rules on recorded files (what Snakemake 9 needs, found out here):
+`--allowed-rules summary manifest bundle all` leaves every other rule out of the DAG, so the
+recorded results are plain source files: no rule that could remake them is consulted, and
+neither their missing job metadata nor their mtimes relative to one another matter. The
+three aggregates are left out of the copy and rebuilt: their outputs are missing, so they
+run. Copying the committed aggregates in instead would not be "up to date": without job
+metadata Snakemake falls back to mtimes, and the library modules the summary rule lists as
+inputs (copied with their repository mtimes) may be newer than them. After one real run the
+metadata holds a checksum of every input: a recorded file that is only touched keeps the
+tree up to date, a changed one reruns exactly summary, manifest and bundle. Without
+`--allowed-rules` the same tree plans the whole study again (47 jobs), starting with the
+KernelBench checkout, which is not committed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import copy_workflow, snakemake
+
+from kbfuse import cli
+from kbfuse.bundle import verify_bundle
+from kbfuse.config import load_config
+from kbfuse.io import read_json
+from kbfuse.summary import build_tables, summary_outputs
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "results/reference/h200"
+SUMMARY = REFERENCE / "summary"
+CONFIG = ROOT / "config/config.yaml"
+BUNDLE = "bundle/kbfuse-results.tar.gz"
+# Produced by the aggregate rules, so not copied into the workflow copy.
+AGGREGATES = ("summary", "manifest.json", "bundle")
+ALLOWED = ("--allowed-rules", "summary", "manifest", "bundle", "all")
+FLUSHING = ("cupy-default", "nvrtc-cubin-ftz", "nvrtc-ptx-ftz")
+KEEPING = ("nvrtc-cubin-noftz", "nvrtc-ptx-noftz")
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return load_config(CONFIG, ROOT / "kernels")
+
+
+@pytest.fixture(scope="module")
+def tables(config) -> dict[str, pd.DataFrame]:
+    return build_tables(REFERENCE, config)
+
+
+def committed_summary() -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in SUMMARY.iterdir()}
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def assert_same_summary(outdir: Path) -> None:
+    """Tables byte for byte; plots the same size (their bytes depend on matplotlib)."""
+    committed = committed_summary()
+    written = {p.name: p.read_bytes() for p in outdir.iterdir()}
+    assert sorted(written) == sorted(committed)
+    for name, data in committed.items():
+        if name.endswith(".png"):
+            assert png_size(written[name]) == png_size(data), name
+        else:
+            assert written[name] == data, f"{name} differs from the committed table"
+
+
+def recorded(rel: str) -> dict:
+    return read_json(REFERENCE / rel)
+
+
+# ---------------------------------------------------------------- kbfuse summarize
+
+
+def test_summarize_rebuilds_the_committed_summary(config, tmp_path, capsys):
+    out = tmp_path / "summary"
+    rc = cli.main(["summarize", str(REFERENCE), "--config", str(CONFIG), "--out", str(out)])
+    assert rc == cli.EXIT_OK
+    printed = capsys.readouterr().out.split()
+    assert sorted(Path(p).name for p in printed) == sorted(summary_outputs(config))
+    assert len(printed) == 34  # 15 tables x (csv, md) + 3 tail plots + the bit-equality plot
+    assert_same_summary(out)
+
+
+def test_summarize_refuses_a_config_for_another_kernelbench_commit(tmp_path, capsys):
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg["kernelbench"]["commit"] = "0" * 40
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(cfg))
+    args = ["summarize", str(REFERENCE), "--config", str(other), "--out", str(tmp_path / "s")]
+    assert cli.main(args) == cli.EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "kernelbench/pin.json: field commit is '423217d9" in err
+    assert "stale or tampered" in err
+    assert not (tmp_path / "s").exists()  # refused before any table is written
+
+
+def test_summarize_names_a_missing_result_and_a_missing_config(tmp_path, capsys):
+    out = str(tmp_path / "s")
+    assert cli.main(["summarize", str(tmp_path), "--config", str(CONFIG), "--out", out]) == 2
+    assert "summary input " in capsys.readouterr().err
+    missing = str(tmp_path / "nope.yaml")
+    assert cli.main(["summarize", str(REFERENCE), "--config", missing, "--out", out]) == 2
+    assert f"config file {missing}: No such file or directory" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- tables vs records
+
+
+def test_correctness_rows_are_the_recorded_task_variant_files(config, tables):
+    files = {
+        (int(p.parent.name), p.stem)
+        for p in (REFERENCE / "correctness").glob("*/*.json")
+        if p.stem != "baselines"
+    }
+    assert len(files) == 15
+    assert files == {(t, v) for t in config["tasks"] for v in config["variants"]}
+    df = tables["correctness"]
+    assert list(zip(df["task"], df["variant"], strict=True)) == [
+        (t, v) for t in config["tasks"] for v in config["variants"]
+    ]
+    for row in df.itertuples():
+        rec = recorded(f"correctness/{row.task}/{row.variant}.json")
+        cases = rec["cases"]
+        assert row.cases == len(cases) == rec["summary"]["cases"]
+        assert row.elements == sum(c["elements"] for c in cases) == rec["summary"]["elements"]
+        assert row.elements_bit_equal == sum(c["bit_equal"] for c in cases)
+        assert row.elements_bit_equal == rec["summary"]["elements_bit_equal"]
+        assert row.bit_identical_cases == sum(c["bit_equal"] == c["elements"] for c in cases)
+        assert row.official_passes == sum(c["official_pass"] for c in cases)
+        assert row.passed == rec["passed"] is True
+    # The recorded numbers themselves: every variant passes the gate on every task; only
+    # the variants that keep subnormals are bit-identical on every element.
+    by = df.set_index(["task", "variant"])
+    assert by.loc[(81, "nvrtc-cubin-noftz"), "elements"] == 203_423_744
+    assert by.loc[(81, "cupy-default"), "elements_bit_equal"] == 203_060_326
+    for task in config["tasks"]:
+        for v in KEEPING:
+            row = by.loc[(task, v)]
+            assert row["elements_bit_equal"] == row["elements"]
+            assert row["bit_identical_cases"] == row["cases"]
+        for v in FLUSHING:
+            assert by.loc[(task, v), "elements_bit_equal"] < by.loc[(task, v), "elements"]
+
+
+def test_case_tables_hold_every_recorded_case_once(config, tables):
+    expected = []
+    for task in config["tasks"]:
+        for v in config["variants"]:
+            rec = recorded(f"correctness/{task}/{v}.json")
+            expected += [(task, v, c["name"], c["elements"], c["bit_equal"]) for c in rec["cases"]]
+        base = recorded(f"correctness/{task}/baselines.json")["implementations"]
+        for impl in ("torchscript", "inductor"):
+            expected += [
+                (task, impl, c["name"], c["elements"], c["bit_equal"]) for c in base[impl]["cases"]
+            ]
+    df = tables["correctness_cases"]
+    cols = ["task", "implementation", "name", "elements", "bit_equal"]
+    assert list(df[cols].itertuples(index=False, name=None)) == expected
+    assert len(expected) == 602  # (28 + 28 + 30 cases) x (5 variants + 2 baselines)
+
+    tiny = []
+    for task in config["tasks"]:
+        ctl = recorded(f"controls/{task}.json")["tiny_values"]
+        tiny += [(task, v, c["name"], c["bit_equal"]) for v in ctl for c in ctl[v]["cases"]]
+    df = tables["tiny_values"]
+    got = df[["task", "variant", "name", "bit_equal"]].itertuples(index=False, name=None)
+    assert sorted(got) == sorted(tiny)
+    assert len(tiny) == 3 * 5 * 5  # tasks x variants x control cases
+
+
+def test_timing_rows_are_the_recorded_measurements(config, tables):
+    for scope in ("full", "tail"):
+        df = tables[f"timing_{scope}"]
+        expected = set()
+        for task in config["tasks"]:
+            tim = recorded(f"timing/{task}.json")
+            assert tim["skipped"] == {}
+            for key, per_impl in tim["measurements"].items():
+                if key.startswith(scope + "/"):
+                    method = key.partition("/")[2]
+                    for impl, m in per_impl.items():
+                        expected.add((task, impl, method, len(m["samples_ms"]), m["median_ms"]))
+        got = df[["task", "impl", "method", "rounds", "median_ms"]].itertuples(index=False)
+        assert {tuple(r) for r in got} == expected
+        assert len(df) == 3 * 2 * 8  # tasks x methods x (3 baselines + 5 variants)
+    assert tables["skipped"].empty
+
+
+def test_compiler_contract_shows_cupys_hidden_ftz(config, tables):
+    df = tables["compiler_contract"].set_index("variant")
+    assert list(df.index) == list(config["variants"])
+    cupy = df.loc["cupy-default"]
+    assert cupy["requested_ftz"] is None  # the options do not name --ftz
+    assert [cupy["expected_ftz"], cupy["effective_ftz"]] == [True, True]
+    assert cupy["implicit_options"] == "-ftz=true"
+    assert "implicit -ftz=true flushes subnormals" in cupy["finding"]
+    flags = df[["requested_ftz", "expected_ftz", "effective_ftz"]].astype(object)
+    for v in KEEPING:
+        assert flags.loc[v].tolist() == [False, False, False]
+        assert df.loc[v, "finding"] == ""
+    for v in ("nvrtc-cubin-ftz", "nvrtc-ptx-ftz"):
+        assert flags.loc[v].tolist() == [True, True, True]
+    assert not df["mismatch"].any()
+    # CuPy's default route and --ftz=true on the cubin route give the same cubin.
+    assert df.loc["cupy-default", "artifact_sha256"] == df.loc["nvrtc-cubin-ftz", "artifact_sha256"]
+    # As committed (CSV): a blank requested_ftz, True/True and the finding.
+    csv = pd.read_csv(SUMMARY / "compiler_contract.csv").set_index("variant")
+    assert pd.isna(csv.loc["cupy-default", "requested_ftz"])
+    assert csv.loc["cupy-default", ["expected_ftz", "effective_ftz"]].tolist() == [True, True]
+    assert csv.loc[list(KEEPING), "effective_ftz"].tolist() == [False, False]
+
+
+def test_witness81_table_is_the_recorded_witness(tables):
+    df = tables["witness81"]
+    w = recorded("controls/witness81.json")
+    assert len(df) == sum(len(records) for records in w["variants"].values()) == 10
+    at88 = df[df["input"] == -88.0].set_index("variant")
+    assert set(at88["reference_bits"]) == {"0x82b54ddb"}
+    assert set(at88["reference"]) == {-2.6640246534862188e-37}
+    for v in FLUSHING:
+        assert at88.loc[v, "output_bits"] == "0x80000000"  # -0.0
+        assert not at88.loc[v, "bit_equal"]
+    for v in KEEPING:
+        assert at88.loc[v, "output_bits"] == "0x82b54ddb"
+        assert at88.loc[v, "bit_equal"]
+
+
+# ---------------------------------------------------------------- the rules on recorded files
+
+
+def make_recorded_copy(dest: Path) -> tuple[Path, Path]:
+    """A copy of the workflow with the recorded results (without the aggregates) under
+    results/, and a config overlay with the recorded KernelBench pin; (workdir, overlay)."""
+    workdir = copy_workflow(dest)
+    shutil.copytree(
+        REFERENCE,
+        workdir / "results",
+        ignore=lambda d, names: AGGREGATES if d == str(REFERENCE) else (),
+    )
+    pin = read_json(REFERENCE / "kernelbench/pin.json")
+    overlay = workdir / "recorded-config.yaml"
+    cfg = {"kernelbench": {"url": pin["url"], "commit": pin["commit"]}, "arch": "auto"}
+    overlay.write_text(yaml.safe_dump(cfg))
+    return workdir, overlay
+
+
+def run_aggregates(workdir: Path, overlay: Path, *extra: str):
+    return snakemake(workdir, "--cores", "1", "all", *ALLOWED, "--configfile", str(overlay), *extra)
+
+
+def planned_rules(proc) -> list[str]:
+    if "Nothing to be done" in proc.stdout + proc.stderr:
+        return []
+    return sorted(re.findall(r"^(?:local)?rule (\w+):$", proc.stdout, re.M))
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory) -> tuple[Path, Path]:
+    workdir, overlay = make_recorded_copy(tmp_path_factory.mktemp("recorded") / "wf")
+    assert not (workdir / "results/summary").exists()
+    run_aggregates(workdir, overlay)
+    return workdir, overlay
+
+
+def test_rules_on_recorded_files_rebuild_summary_manifest_bundle(recorded_run, config):
+    workdir, _ = recorded_run
+    results = workdir / "results"
+    assert sorted(p.name for p in (results / "summary").iterdir()) == sorted(
+        summary_outputs(config)
+    )
+    assert_same_summary(results / "summary")
+
+    report = verify_bundle(results / BUNDLE)
+    assert report["ok"], report
+    assert report["checked"] == 78
+    assert report["changed"] == report["missing"] == report["extra"] == []
+    pin = read_json(REFERENCE / "kernelbench/pin.json")
+    assert report["pin"] == {"url": pin["url"], "commit": config["kernelbench"]["commit"]}
+    assert report["environment"]["gpu"] == "NVIDIA H200"
+
+    manifest = read_json(results / "manifest.json")
+    committed = read_json(REFERENCE / "manifest.json")
+    assert sorted(manifest["files"]) == sorted(committed["files"])
+    for key in ("config", "fingerprint", "kernelbench_pin"):
+        assert manifest[key] == committed[key], key
+    for rel, entry in committed["files"].items():
+        if not rel.endswith(".png"):
+            assert manifest["files"][rel] == entry, rel
+    same_plots = all(
+        manifest["files"][rel] == entry
+        for rel, entry in committed["files"].items()
+        if rel.endswith(".png")
+    )
+    if same_plots:  # the plots too (same matplotlib): the whole bundle is reproduced exactly
+        assert (results / "manifest.json").read_bytes() == (
+            REFERENCE / "manifest.json"
+        ).read_bytes()
+        assert (results / BUNDLE).read_bytes() == (REFERENCE / BUNDLE).read_bytes()
+
+
+def test_recorded_files_stay_up_to_date_until_one_changes(recorded_run):
+    workdir, overlay = recorded_run
+    assert planned_rules(run_aggregates(workdir, overlay, "--dry-run")) == []
+    # The whole study without --allowed-rules: the GPU stages would run again.
+    full = snakemake(workdir, "--dry-run", "--cores", "1", "all", "--configfile", str(overlay))
+    planned = planned_rules(full)
+    assert len(planned) == 47
+    assert {"kernelbench_checkout", "verify_variant", "timing", "summary"} <= set(planned)
+    assert "Missing output files: results/kernelbench/checkout" in full.stdout
+    # Newer alone is not enough: the run recorded the checksum of every input, so a touched
+    # but unchanged result keeps the aggregates up to date; a changed one reruns exactly them.
+    timing = workdir / "results/timing/53.json"
+    original, before = timing.read_bytes(), timing.stat()
+    newer = (workdir / "results/manifest.json").stat().st_mtime_ns + 10**9
+    try:
+        os.utime(timing, ns=(newer, newer))
+        assert planned_rules(run_aggregates(workdir, overlay, "--dry-run")) == []
+        timing.write_bytes(original + b"\n")
+        os.utime(timing, ns=(newer, newer))
+        proc = run_aggregates(workdir, overlay, "--dry-run")
+        assert planned_rules(proc) == ["all", "bundle", "manifest", "summary"]
+        assert "Updated input files: results/timing/53.json" in proc.stdout
+    finally:
+        timing.write_bytes(original)
+        os.utime(timing, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert planned_rules(run_aggregates(workdir, overlay, "--dry-run")) == []
+
+
+# ---------------------------------------------------------------- README tables
+
+
+def test_readme_tables_print_the_recorded_numbers(capsys):
+    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "tools/readme_tables.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([]) == 0
+    out = capsys.readouterr().out
+    sections = re.split(r"^### ", out, flags=re.M)
+    rows = [len(re.findall(r"^\| (?!:|variant|task)", s, re.M)) for s in sections[1:]]
+    assert rows == [5, 21, 24, 10]  # variants; (variants + 2 baselines) x tasks; 8 x 3; 5 x 2
+    assert "NVIDIA H200 (132 SMs), driver 580.159.04" in sections[0]
+    cupy = re.search(r"^\| cupy-default .*$", sections[1], re.M).group(0)
+    assert "`-ftz=true`" in cupy and "| not named " in cupy and "85 (0 in" in cupy
+    assert "| 81     | nvrtc-cubin-noftz | pass   | 27/28 " in sections[2]
+    assert "0 of 203,423,744" in sections[2] and "363,418 of 203,423,744" in sections[2]
+    assert "21 case records fail the official predicate: `tail/nonfinite`." in sections[2]
+    tail81 = re.search(r"^\| 81 +\| nvrtc-cubin-noftz .*$", sections[3], re.M).group(0)
+    assert "| 32.2 " in tail81 and "3.38 (3.35–3.39)" in tail81 and "vs inductor" in tail81
+    assert "| -88 " in sections[4] and "-0.0 (`0x80000000`)" in sections[4]
+    assert "-2.6640246534862188e-37 (`0x82b54ddb`)" in sections[4]

@@ -148,3 +148,13 @@ def test_snakemake_refuses_bad_config_before_any_job(workflow_copy, case):
         assert word in out
     assert not (workdir / "results").exists(), "a job ran although the config was invalid"
     assert not list(Path(workdir).glob(".snakemake/incomplete/*"))
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
+    test_command = next(b for b in blocks if "pytest" in b)
+    study_command = next(b for b in blocks if "snakemake --cores 1 all" in b)
+    assert test_command in ci.splitlines()
+    assert study_command.startswith("python3 -m venv .venv && ")

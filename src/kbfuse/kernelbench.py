@@ -204,6 +204,14 @@ def _find_task_file(checkout: Path, level: int, task: int, commit: str) -> Path:
     return matches[0]
 
 
+def _task_record(checkout: Path, path: Path) -> dict:
+    return {
+        "path": path.relative_to(checkout).as_posix(),
+        "name": path.stem,
+        "sha256": sha256_file(path),
+    }
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
@@ -271,12 +279,9 @@ def pin_kernelbench(
             )
         task_records = {}
         for task in tasks:
-            path = _find_task_file(checkout, level, task, commit)
-            task_records[str(task)] = {
-                "path": path.relative_to(checkout).as_posix(),
-                "name": path.stem,
-                "sha256": sha256_file(path),
-            }
+            task_records[str(task)] = _task_record(
+                checkout, _find_task_file(checkout, level, task, commit)
+            )
         pin = {
             "kind": PIN_KIND,
             "schema_version": SCHEMA_VERSION,
@@ -454,37 +459,28 @@ def build_model(spec: TaskSpec, seed: int, device="cuda"):
 # per task (what per-task jobs depend on), and the combined record for the manifest.
 
 
-def checkout_kernelbench(url, commit, level, tasks, checkout, record, log=None) -> dict:
-    """The checkout step: `pin_kernelbench` over every configured task."""
-    return pin_kernelbench(url, commit, level, tasks, checkout, record, log=log)
+# Keys every pin record shares, whatever tasks it lists.
+_PIN_HEADER = ("kind", "schema_version", "url", "commit", "head", "level")
 
 
 def pin_task(checkout: str | os.PathLike, record: str | os.PathLike, task: int, out) -> dict:
     """Pin one task of an existing checkout; the record has the pin format with one task."""
     base = read_pin(record)
     checkout = Path(checkout)
-    head = subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    try:
+        head = _GitRunner(None, GIT_TIMEOUT_S)("rev-parse", "HEAD", cwd=checkout)
+    except _GitFailed as exc:
+        raise KbfuseError(
+            f"checkout {checkout} is not a git checkout: {_last_line(exc.output)}"
+        ) from exc
     if head != base["commit"]:
         raise KbfuseError(
             f"checkout {checkout}: HEAD is {head!r}, the checkout record {record} says "
             f"{base['commit']}; rerun the kernelbench_checkout rule"
         )
     path = _find_task_file(checkout, base["level"], int(task), base["commit"])
-    pin = {
-        **{k: base[k] for k in ("kind", "schema_version", "url", "commit", "head", "level")},
-        "tasks": {
-            str(task): {
-                "path": path.relative_to(checkout).as_posix(),
-                "name": path.stem,
-                "sha256": sha256_file(path),
-            }
-        },
-    }
+    pin = {k: base[k] for k in _PIN_HEADER}
+    pin["tasks"] = {str(task): _task_record(checkout, path)}
     write_json(out, pin)
     return pin
 
@@ -492,7 +488,7 @@ def pin_task(checkout: str | os.PathLike, record: str | os.PathLike, task: int, 
 def combine_pins(record: str | os.PathLike, tasks, out) -> dict:
     """Merge the per-task pin records into one pin record of the whole study."""
     base = read_pin(record)
-    merged = {k: base[k] for k in ("kind", "schema_version", "url", "commit", "head", "level")}
+    merged = {k: base[k] for k in _PIN_HEADER}
     merged["tasks"] = {}
     for path in tasks:
         pin = read_pin(path)

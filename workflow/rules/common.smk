@@ -54,8 +54,8 @@ def witness_pins():
 
 
 def variant_artifacts(wildcards=None):
-    """variant -> [artifact, meta], for the jobs that load every variant."""
-    return {v: list(pair) for v, pair in artifacts().items()}
+    """variant -> (artifact, meta), for the jobs that load every variant."""
+    return artifacts()
 
 
 def variant_correctness(wildcards):

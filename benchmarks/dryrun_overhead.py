@@ -4,12 +4,16 @@ Builds, in a temporary directory, the study's workflow wired to a small KernelBe
 repository, runs its CPU part for real, stands in for the GPU outputs with placeholder files
 (as tests/test_workflow.py does) so that `snakemake -n all` has nothing to do, and times that
 no-op beside the same dry-run of a one-rule Snakefile. Prints medians of N runs and the ratio.
+With --study-dir it times instead the real study in that directory (after a full run, so
+that nothing is left to do), with the Snakemake arguments given after `--`.
 
-    python benchmarks/dryrun_overhead.py [N]
+    python benchmarks/dryrun_overhead.py [-n N]
+    python benchmarks/dryrun_overhead.py -n 5 --study-dir . -- --config kernelbench="{...}"
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -48,30 +52,54 @@ def timed(cmd: list[str], cwd: Path, env: dict, n: int) -> list[float]:
     return out
 
 
-def main(n: int = 7) -> None:
+def time_trivial(root: Path, env: dict, n: int) -> list[float]:
+    trivial = root / "trivial"
+    trivial.mkdir()
+    (trivial / "Snakefile").write_text(TRIVIAL)
+    snake = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    subprocess.run(snake, cwd=trivial, env=env, check=True, capture_output=True)
+    return timed([*snake, "--dry-run"], trivial, env, n)
+
+
+def test_copy(root: Path, n: int) -> tuple[list[float], list[float], str]:
+    url, commit = make_kernelbench_repo(root / "kernelbench")
+    study = copy_workflow(root / "study")
+    overlay = write_test_config(study, url, commit)
+    snakemake(study, "--cores", "2", "cpu", "--configfile", str(overlay))
+    _stand_in_for_gpu_outputs(study, overlay)
+    jobs = len(planned_jobs(study, "all", "--configfile", str(overlay), "--forceall"))
+    assert planned_jobs(study, "all", "--configfile", str(overlay)) == set()
+    env = dict(os.environ, PYTHONPATH=str(study / "src"))
+    snake = [sys.executable, "-m", "snakemake", "--dry-run", "--cores", "1"]
+    t_study = timed([*snake, "all", "--configfile", str(overlay)], study, env, n)
+    return t_study, time_trivial(root, env, n), f"test copy, {jobs} jobs"
+
+
+def real_study(study: Path, args: list[str], root: Path, n: int):
+    env = dict(os.environ)
+    snake = [sys.executable, "-m", "snakemake", "--dry-run", "--cores", "1", "all", *args]
+    t_study = timed(snake, study, env, n)
+    return t_study, time_trivial(root, env, n), f"study in {study}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=7, help="runs of each dry-run (median)")
+    parser.add_argument("--study-dir", type=Path, help="a study that has run: time it instead")
+    parser.add_argument("snakemake_args", nargs="*", help="after --: Snakemake arguments")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        url, commit = make_kernelbench_repo(root / "kernelbench")
-        study = copy_workflow(root / "study")
-        overlay = write_test_config(study, url, commit)
-        snakemake(study, "--cores", "2", "cpu", "--configfile", str(overlay))
-        _stand_in_for_gpu_outputs(study, overlay)
-        assert planned_jobs(study, "all", "--configfile", str(overlay)) == set()
-        trivial = root / "trivial"
-        trivial.mkdir()
-        (trivial / "Snakefile").write_text(TRIVIAL)
-        env = dict(os.environ, PYTHONPATH=str(study / "src"))
-        snake = [sys.executable, "-m", "snakemake", "--dry-run", "--cores", "1"]
-        subprocess.run(
-            [*snake[:3], "--cores", "1"], cwd=trivial, env=env, check=True, capture_output=True
-        )
-        t_study = timed([*snake, "all", "--configfile", str(overlay)], study, env, n)
-        t_trivial = timed(snake, trivial, env, n)
+        if args.study_dir:
+            t_study, t_trivial, what = real_study(
+                args.study_dir, args.snakemake_args, Path(tmp), args.n
+            )
+        else:
+            t_study, t_trivial, what = test_copy(Path(tmp), args.n)
     med_s, med_t = statistics.median(t_study), statistics.median(t_trivial)
-    print(f"no-op dry-run, full study (47 jobs): median {med_s:.2f} s over {n}")
-    print(f"dry-run, one-rule Snakefile:         median {med_t:.2f} s over {n}")
+    print(f"no-op dry-run, full study ({what}): median {med_s:.2f} s over {args.n}")
+    print(f"dry-run, one-rule Snakefile: median {med_t:.2f} s over {args.n}")
     print(f"ratio: {med_s / med_t:.2f} (target <= 2)")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
+    main()

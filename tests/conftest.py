@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -72,3 +73,42 @@ def workflow_copy(tmp_path, kb_repo) -> tuple[Path, Path]:
     """(workdir, config overlay) of a fresh copy of the workflow wired to the test repo."""
     workdir = copy_workflow(tmp_path / "wf")
     return workdir, write_test_config(workdir, *kb_repo)
+
+
+_COMPILE_IN_CHILD = """
+import json, sys
+from kbfuse.compile import compile_variant
+a = json.loads(sys.argv[1])
+compile_variant(a["source"], a["variant"], a["spec"], a["arch"], artifact=a["artifact"],
+                meta=a["meta"], log=a["log"])
+"""
+
+
+def compile_in_child(out: Path, source, variant: str, spec: dict, arch: str = "auto"):
+    """(artifact, meta path) of `source` compiled by kbfuse.compile into `out`, in a child
+    process with an isolated CUDA compute cache: a test process that has already started CUDA
+    cannot isolate its own cache any more (kbfuse.cudacache), and the cache's key ignores
+    --ftz, so compiles must not see an earlier one."""
+    from kbfuse import cudacache
+
+    out.mkdir(parents=True, exist_ok=True)
+    args = {
+        "source": str(source),
+        "variant": variant,
+        "spec": spec,
+        "arch": arch,
+        "artifact": str(out / "tails.bin"),
+        "meta": str(out / "meta.json"),
+        "log": str(out / "compile.log"),
+    }
+    env = cudacache.isolated_env(out / "scratch")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILE_IN_CHILD, json.dumps(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"compiling {variant} failed:\n{proc.stdout}\n{proc.stderr}"
+    return out / "tails.bin", out / "meta.json"

@@ -104,11 +104,11 @@ def test_kernel_that_does_not_compile_shows_the_compiler_log_and_stops_its_depen
     shutil.copy(DATA / "broken.cu", workdir / "kernels" / "broken.cu")
     broken = {"route": "nvrtc-ptx", "kernel": "broken", "options": ["--std=c++11"]}
     config = write_test_config(workdir, *kb_repo, tasks=[81], variants={"broken": broken})
-    # verify_variant depends on the compile (and on the KernelBench pin, which is fine):
+    # verify_variants depends on every compile (and on the KernelBench pin, which is fine):
     # the pin must be made, the compile must fail, verify must never start.
     out = run_failing(workdir, "results/verify/broken.json", "--configfile", str(config))
 
-    nvrtc_error = 'broken.cu(11): error: expected a ";"'
+    nvrtc_error = 'broken.cu(12): error: expected a ";"'
     assert "Error in rule compile_variant" in out
     assert "failed to compile broken.cu" in out
     assert nvrtc_error in out  # the compiler's own log, in Snakemake's report
@@ -119,8 +119,8 @@ def test_kernel_that_does_not_compile_shows_the_compiler_log_and_stops_its_depen
     compile_dir = workdir / "results/compile/broken"
     assert not compile_dir.exists() or not any(compile_dir.iterdir())
     assert not (workdir / "results/benchmarks/compile/broken.tsv").exists()
-    assert started(out, "compile_variant") and not started(out, "verify_variant")
-    assert not (workdir / "results/logs/verify/broken.log").exists()
+    assert started(out, "compile_variant") and not started(out, "verify_variants")
+    assert not (workdir / "results/logs/verify/variants.log").exists()
     assert not (workdir / "results/verify").exists()
     # The independent part of the DAG ran to completion (--keep-going).
     assert (workdir / "results/kernelbench/tasks/81.json").is_file()

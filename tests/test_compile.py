@@ -413,7 +413,10 @@ def test_log_none_goes_to_stdout(tmp_path, capsys):
 
 def test_compile_error_shows_log_and_leaves_nothing(tmp_path):
     broken = tmp_path / "broken.cu"
-    broken.write_text('extern "C" __global__ void k(float* y) { y[0] = undefined_name; }\n')
+    broken.write_text(
+        "// kbfuse-launch: per-element threads=256\n"
+        'extern "C" __global__ void k(float* y) { y[0] = undefined_name; }\n'
+    )
     out = tmp_path / "v"
     out.mkdir()
     (out / "tails.bin").write_bytes(b"stale")
@@ -444,12 +447,62 @@ def test_bad_spec_and_source_are_named(tmp_path):
         )
 
 
-def test_arch_auto_without_gpu_is_a_clear_error(tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+@pytest.mark.parametrize(
+    "driver",
+    [
+        OSError("libcuda.so.1: cannot open shared object file: No such file or directory"),
+        "no device",
+    ],
+)
+def test_arch_auto_without_gpu_is_a_clear_error(tmp_path, monkeypatch, driver):
+    """`arch: auto` reads the GPU through libcuda (kbfuse.cudadriver), here faked: a machine
+    without the driver library, and one whose driver reports no device."""
+    from test_cudadriver import FakeDriver, use
+
+    use(monkeypatch, FakeDriver(capabilities=[]) if driver == "no device" else driver)
     with pytest.raises(KbfuseError, match="arch: auto needs a GPU.*set arch: sm_XY"):
-        run_compile(tmp_path, DIV, "nvrtc-cubin", BASE, arch="auto")
+        run_compile(tmp_path, NAIVE, "nvrtc-cubin", BASE, arch="auto", kernel="naive")
     assert not (tmp_path / "v" / "tails.bin").exists()
+
+
+_AUTO_WITH_FAKE_DRIVER = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from test_cudadriver import FakeDriver
+from kbfuse import cudadriver
+from kbfuse.compile import compile_variant
+cudadriver.load_library = lambda name=cudadriver.LIBRARY: FakeDriver(capabilities=[(8, 6)])
+a = json.loads(sys.argv[1])
+meta = compile_variant(a["source"], "v", a["spec"], "auto", a["artifact"], a["meta"], a["log"])
+print(json.dumps({"arch": meta["arch"], "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def test_arch_auto_reads_the_driver_without_importing_torch(tmp_path):
+    """In a fresh interpreter (as a compile job): `arch: auto` takes sm_XY from the driver's
+    compute capability (a fake one reporting 8.6) and never imports torch."""
+    out = tmp_path / "v"
+    args = {
+        "source": str(NAIVE),
+        "spec": {"route": "nvrtc-cubin", "kernel": "naive", "options": BASE},
+        "artifact": str(out / "tails.bin"),
+        "meta": str(out / "meta.json"),
+        "log": str(out / "compile.log"),
+    }
+    env = cudacache.default_cache_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _AUTO_WITH_FAKE_DRIVER, json.dumps(args), str(DATA.parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"arch": "sm_86", "torch_imported": False}
+    meta = read_json(out / "meta.json")
+    assert meta["arch"] == "sm_86" and meta["actual_options"][-1] == "-arch=sm_86"
+    assert meta["cuda_cache"] == ISOLATED
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed")

@@ -99,9 +99,9 @@ def test_second_run_is_refused_by_the_lock_and_unlock_recovers(tmp_path, kb_repo
 
 
 GPU_RULES = {
-    "verify_variant",
+    "verify_variants",
     "env_fingerprint",
-    "correctness_variant",
+    "correctness_variants",
     "correctness_baselines",
     "timing",
     "controls",
@@ -135,7 +135,8 @@ def test_exactly_the_gpu_jobs_ask_for_the_gpu(tmp_path, kb_repo, arch):
     workdir = copy_workflow(tmp_path / "wf")
     config = write_test_config(workdir, *kb_repo, arch=arch)
     jobs = planned_resources(workdir, "all", "--configfile", str(config))
-    assert len(jobs) == 47  # the full default study: 3 tasks x 5 variants, 47 jobs
+    # the full default study, 3 tasks x 5 variants: one verify job, one correctness job per task
+    assert len(jobs) == 26 + len(default_variants())
     # With a fixed arch only CuPy's route needs the GPU to compile; `auto` asks the GPU.
     gpu_compiles = (
         {"variant=cupy-default"}
@@ -147,7 +148,7 @@ def test_exactly_the_gpu_jobs_ask_for_the_gpu(tmp_path, kb_repo, arch):
         assert resources.get("gpu", "0") == ("1" if wants_gpu else "0"), (rule, wildcards)
     counted = {r for r, _, res in jobs if res.get("gpu") == "1"}
     assert counted == GPU_RULES | {"compile_variant"}
-    assert sum(res.get("gpu") == "1" for _, _, res in jobs) == (32 if arch == "sm_90" else 36)
+    assert sum(res.get("gpu") == "1" for _, _, res in jobs) == 15 + len(gpu_compiles)
 
 
 def default_variants() -> list[str]:
@@ -192,7 +193,11 @@ def test_gpu_cap_serialises_gpu_jobs_under_many_cores(tmp_path, kb_repo, cap):
     assert f'gpu=Resource("gpu", {1 if cap == "profile" else 3})' in out
     spans = _job_spans(workdir)
     overlaps = [a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)]
+    # The scheduler's own account: how many jobs it started at once. (The jobs fail within
+    # milliseconds at the driver check, too fast to show overlap in their logs.)
+    batches = [int(n) for n in re.findall(r"^Execute (\d+) jobs\.\.\.$", out, re.MULTILINE)]
     if cap == "profile":
         assert not any(overlaps), spans
+        assert batches and max(batches) == 1, batches
     else:
-        assert all(overlaps), spans
+        assert max(batches) == len(GPU_TARGETS), batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,23 @@ def test_ci_runs_the_readme_test_command():
     study_command = next(b for b in blocks if "snakemake --cores 1 all" in b)
     assert test_command in ci.splitlines()
     assert study_command.startswith("python3 -m venv .venv && ")
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ('#include "gone.cuh"\n', ["variants.bad.kernel", "gone.cuh does not exist"]),
+        ("// no launch line\n", ["variants.bad.kernel", "needs exactly one '// kbfuse-launch"]),
+        ("// kbfuse-launch: per-element threads=4096\n", ["variants.bad.kernel", "threads=4096"]),
+    ],
+)
+def test_bad_kernel_source_is_named_before_any_job(tmp_path, source, words):
+    kernels = tmp_path / "kernels"
+    shutil.copytree(KERNELS, kernels)
+    (kernels / "bad.cu").write_text(source)
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["variants"]["bad"] = {"route": "nvrtc-cubin", "kernel": "bad", "options": NRTC}
+    with pytest.raises(KbfuseError) as err:
+        check_config(cfg, kernels)
+    for word in words:
+        assert word in str(err.value)

@@ -5,7 +5,8 @@ KernelBench-shaped repository of tests/kbrepo.py, compile kernels/naive.cu as nv
 with --ftz=false and --ftz=true in a child process with an isolated CUDA compute cache (its
 key ignores --ftz, so each compile must not see an earlier one), and run the stages on them.
 The unmarked tests check, on the CPU, the pure parts: request validation, the control values,
-the gate, result assembly and the baseline builders.
+the gate, result assembly, the baseline builders, and the sharing of each case's input and
+eager reference between the implementations one job checks (run on a CPU model).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from kbfuse.correctness import (
     mixed_rows,
     run_baselines,
     run_correctness,
+    run_correctness_variants,
     tiny_values,
     ulp_window,
     value_rows,
@@ -144,6 +146,40 @@ def test_run_correctness_rejects_bad_input_before_any_work(tmp_path):
             implementations=["eager"],
         )  # fmt: skip
     assert not out.exists()
+
+
+def test_run_correctness_variants_checks_variants_and_outputs_before_any_work(tmp_path):
+    metas = {}
+    for name in ("a", "b"):
+        metas[name] = tmp_path / f"{name}.json"
+        write_json(metas[name], {"kind": "compile", "variant": name, "artifact_sha256": "0" * 64})
+    variants = {name: (tmp_path / f"{name}.bin", meta) for name, meta in metas.items()}
+    outs = {name: tmp_path / "out" / f"{name}.json" for name in metas}
+    common = dict(
+        task=81,
+        checkout=tmp_path / "checkout",
+        pin_path=tmp_path / "pin.json",
+        seeds=[0],
+        distributions=["uniform"],
+        tolerance=TOLERANCE,
+        input_seed=INPUT_SEED,
+    )
+    with pytest.raises(KbfuseError, match=r"no output path for \['b'\]"):
+        run_correctness_variants(variants=variants, outs={"a": outs["a"]}, **common)
+    with pytest.raises(KbfuseError, match=r"an output path but no artifact for \['c'\]"):
+        run_correctness_variants(
+            variants=variants, outs={**outs, "c": tmp_path / "c.json"}, **common
+        )
+    with pytest.raises(KbfuseError, match="two variants share an output path"):
+        run_correctness_variants(variants=variants, outs={"a": outs["a"], "b": outs["a"]}, **common)
+    with pytest.raises(KbfuseError, match="variants must be a non-empty mapping"):
+        run_correctness_variants(variants={}, outs={}, **common)
+    with pytest.raises(KbfuseError, match="expected \\(artifact, meta path\\)"):
+        run_correctness_variants(variants={"a": metas["a"]}, outs={"a": outs["a"]}, **common)
+    swapped = {"a": variants["b"], "b": variants["a"]}
+    with pytest.raises(KbfuseError, match=r"b\.json is for variant 'b', not 'a'"):
+        run_correctness_variants(variants=swapped, outs=outs, **common)
+    assert not (tmp_path / "out").exists()
 
 
 # --------------------------------------------------------------------------- CPU: control values
@@ -291,6 +327,194 @@ def test_assemble_lists_failing_checks_and_capture_failures():
     assert ok["passed"] is True and ok["failing_checks"] == []
     uncapturable = assemble([good], {"capturable": False, "error": "RuntimeError: x"})
     assert uncapturable["passed"] is False and uncapturable["failing_checks"] == ["graph/capture"]
+
+
+# --------------------------------------------------------------------------- CPU: shared cases
+
+
+def cpu_checks(pinned, task: int) -> correctness.TaskChecks:
+    checkout, pin, _ = pinned
+    spec = load_task(checkout, pin, task)
+    model = build_model(spec, seed=INPUT_SEED, device="cpu")
+    request = check_request(SEEDS, DISTRIBUTIONS, TOLERANCE, INPUT_SEED)
+    return correctness.TaskChecks(spec, model, tail_for(task), request, correctness.Progress(None))
+
+
+def cpu_subject(name: str, checks: correctness.TaskChecks, scale: float) -> correctness.Subject:
+    """The eager model (scale 1: bit-identical) or its output scaled (off by a factor)."""
+    model, tail = checks.model, tail_for(checks.spec.task)
+
+    def full(x):
+        with torch.no_grad():
+            return model(x) * scale
+
+    def tail_only(y):
+        return tail.reference(model, y) * scale
+
+    return correctness.Subject(name=name, full=full, tail=tail_only, capture=model)
+
+
+def shared_cases(checks, subjects) -> dict[str, list[dict]]:
+    cases = {subject.name: [] for subject in subjects}
+    checks.full_program(subjects, cases)
+    checks.timing_input(subjects, cases)
+    checks.tail_controls(subjects, cases)
+    return cases
+
+
+class CountingTail:
+    """A task's Tail whose reference() counts its calls."""
+
+    def __init__(self, tail):
+        self._tail, self.calls = tail, 0
+
+    def reference(self, model, y):
+        self.calls += 1
+        return self._tail.reference(model, y)
+
+    def __getattr__(self, name):
+        return getattr(self._tail, name)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_shared_cases_compute_each_reference_once_and_match_single_runs(pinned, task):
+    checks = cpu_checks(pinned, task)
+    subjects = [cpu_subject("same", checks, 1.0), cpu_subject("off", checks, 1.5)]
+    eager_calls = []
+    eager = checks.eager
+    checks.eager = lambda x: eager_calls.append(x.shape) or eager(x)
+    checks.tail = CountingTail(checks.tail)
+    together = shared_cases(checks, subjects)
+    n_full = len(SEEDS) * len(DISTRIBUTIONS)
+    n_controls = 6 if task == 95 else 5
+    # one eager reference per input and one tail reference per control, for both subjects
+    assert len(eager_calls) == n_full + 1 and checks.tail.calls == n_controls
+    alone = {s.name: shared_cases(checks, [s]) for s in subjects}
+    assert len(eager_calls) == 3 * (n_full + 1) and checks.tail.calls == 3 * n_controls
+    for subject in subjects:
+        assert together[subject.name] == alone[subject.name][subject.name]
+    names = [case["name"] for case in together["same"]]
+    assert len(names) == n_full + 1 + n_controls
+    assert names[:n_full] == [f"seed{s}/{d}" for s in SEEDS for d in DISTRIBUTIONS]
+    assert names[n_full:] == [
+        f"timing/seed{INPUT_SEED}/uniform",
+        *checks.control_tensors(),
+    ]
+    assert all(c["bit_equal"] == c["elements"] for c in together["same"])
+    assert not any(c["bit_equal"] == c["elements"] for c in together["off"][:n_full])
+
+
+@pytest.fixture
+def cpu_stage(pinned, tmp_path, monkeypatch):
+    """run_correctness(_variants) on the CPU: the model on the CPU, each "module" a stand-in
+    whose output is the eager one times the factor its metadata names, no CUDA graph part.
+    Checks the stage's plumbing (one model, records per variant, files) without a GPU."""
+    from kbfuse import launch
+
+    class FakeModule:
+        def __init__(self, artifact, meta):
+            self.artifact, self.meta = artifact, meta
+
+    loads = []
+
+    def load(artifact, meta):
+        loads.append(meta["variant"])
+        return FakeModule(artifact, meta)
+
+    def fake_subject(name, mod, tail, model):
+        scale = mod.meta["scale"]
+
+        def full(x):
+            with torch.no_grad():
+                return model(x) * scale
+
+        return correctness.Subject(
+            name, full, lambda y: tail.reference(model, y) * scale, capture=full
+        )
+
+    builds = []
+    real_build = correctness.build_model
+
+    def build_on_cpu(spec, seed, device="cuda"):
+        builds.append((spec.task, seed, device))
+        return real_build(spec, seed=seed, device="cpu")
+
+    monkeypatch.setattr(launch.LoadedModule, "load", staticmethod(load))
+    monkeypatch.setattr(correctness, "variant_subject", fake_subject)
+    monkeypatch.setattr(correctness, "build_model", build_on_cpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        correctness.TaskChecks,
+        "graph_replay",
+        lambda self, subject: ([], {"capturable": True, "error": None}),
+    )
+    variants = {}
+    for name, scale in (("exact", 1.0), ("scaled", 1.5), ("exact-too", 1.0)):
+        meta = tmp_path / "compile" / name / "meta.json"
+        record = {"kind": "compile", "variant": name, "scale": scale, "kernel": "naive"}
+        write_json(meta, {**record, "route": "nvrtc-cubin", "artifact_sha256": name * 4})
+        variants[name] = (meta.parent / "tails.bin", meta)
+    checkout, _, pin_path = pinned
+    request = dict(
+        checkout=checkout,
+        pin_path=pin_path,
+        seeds=SEEDS,
+        distributions=DISTRIBUTIONS,
+        tolerance=TOLERANCE,
+        input_seed=INPUT_SEED,
+    )
+    return variants, request, loads, builds
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_variants_stage_on_a_cpu_stand_in_matches_single_variant_runs(cpu_stage, tmp_path, task):
+    variants, request, loads, builds = cpu_stage
+    outs = {name: tmp_path / "together" / f"{name}.json" for name in variants}
+    log = tmp_path / "together.log"
+    records = run_correctness_variants(task, variants, outs, log=log, **request)
+    assert builds == [(task, INPUT_SEED, "cuda")] and loads == list(variants)
+    assert list(records) == list(variants)
+    for name, (artifact, meta) in variants.items():
+        alone = tmp_path / "alone" / f"{name}.json"
+        single = run_correctness(task, name, artifact, meta, out=alone, **request)
+        assert single == records[name]
+        assert outs[name].read_bytes() == alone.read_bytes(), name
+        assert read_json(outs[name]) == json.loads(json.dumps(jsonable(records[name])))
+    assert len(builds) == 1 + len(variants)  # one model for the whole job, one per single run
+    exact, scaled = records["exact"], records["scaled"]
+    assert exact["kind"] == "correctness" and exact["implementation"] == "exact"
+    assert exact["provenance"]["variant"] == "exact"
+    assert exact["provenance"]["artifact_sha256"] == "exact" * 4
+    assert exact["passed"] and exact["summary"]["bit_identical_cases"] == exact["summary"]["cases"]
+    assert not scaled["passed"] and "seed0/uniform" in scaled["failing_checks"]
+    text = log.read_text()
+    assert "checking exact, scaled, exact-too on task" in text
+    assert all(f"wrote {path}" in text for path in outs.values())
+
+
+def test_variants_stage_writes_no_file_when_one_write_fails(cpu_stage, tmp_path, monkeypatch):
+    variants, request, _, _ = cpu_stage
+    outs = {name: tmp_path / "out" / f"{name}.json" for name in variants}
+    real_write = correctness.write_json
+
+    def failing_write(path, record):
+        if Path(path).name == "scaled.json":
+            raise OSError("disk full")
+        real_write(path, record)
+
+    monkeypatch.setattr(correctness, "write_json", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        run_correctness_variants(81, variants, outs, **request)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
+def test_run_all_refuses_repeated_or_missing_implementations(pinned):
+    checks = cpu_checks(pinned, 81)
+    same = cpu_subject("same", checks, 1.0)
+    with pytest.raises(KbfuseError, match=r"implementation names repeat: \['same', 'same'\]"):
+        checks.run_all([same, same])
+    with pytest.raises(KbfuseError, match="no implementation to check"):
+        checks.run_all([])
 
 
 # --------------------------------------------------------------------------- CPU: baselines
@@ -453,6 +677,30 @@ def test_ftz_variant_passes_official_but_flushes(pinned, artifacts, tmp_path, ta
     for name in FLUSHED_CONTROLS[task]:
         assert cases[name]["official_pass"], name
         assert cases[name]["bit_equal"] < cases[name]["elements"], name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", TASKS)
+def test_one_job_for_every_variant_writes_what_single_variant_jobs_write(
+    pinned, artifacts, tmp_path, task
+):
+    """run_correctness_variants (the workflow's job: one model, shared eager references)
+    writes, byte for byte, the files run_correctness writes for each variant alone."""
+    checkout, _, pin_path = pinned
+    outs = {name: tmp_path / "together" / f"{name}.json" for name in artifacts}
+    log = tmp_path / "together.log"
+    records = run_correctness_variants(
+        task, artifacts, outs, checkout, pin_path, SEEDS, DISTRIBUTIONS, TOLERANCE, INPUT_SEED,
+        log,
+    )  # fmt: skip
+    assert list(records) == list(artifacts)
+    for name in artifacts:
+        single = correctness_record(pinned, artifacts, tmp_path, task, name)
+        assert records[name] == single
+        alone = tmp_path / f"{task}-{name}.json"
+        assert outs[name].read_bytes() == alone.read_bytes(), name
+        assert f"wrote {outs[name]}" in log.read_text()
+    assert records["nvrtc-cubin-noftz"]["passed"] and records["nvrtc-cubin-ftz"]["passed"]
 
 
 @pytest.mark.gpu

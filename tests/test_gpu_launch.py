@@ -1,28 +1,27 @@
-"""Loading artifacts and launching the naive tails.
+"""Loading artifacts and launching the naive and fast tails.
 
 The CPU tests check what happens before CUDA is touched (grid sizes, artifact hashes). The
-GPU tests compile kernels/naive.cu with kbfuse.compile in a child process with an isolated
-CUDA compute cache (the cache's key ignores --ftz, so the compiles must not see an earlier
-one), then check the kernels bit for bit against the pinned models' eager tails.
+GPU tests compile kernels/naive.cu and kernels/fast.cu with kbfuse.compile in a child process
+with an isolated CUDA compute cache (the cache's key ignores --ftz, so the compiles must not
+see an earlier one), then check the kernels bit for bit against the pinned models' eager
+tails, on sampled inputs, on the fast kernels' fallback paths, and on every float32 input.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import compile_in_child
 
-from kbfuse import cudacache
 from kbfuse.errors import KbfuseError
+from kbfuse.exhaustive import exhaustive_control
 from kbfuse.io import read_json, sha256_file, write_json
 from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
+from kbfuse.kernelsrc import Launch
 from kbfuse.launch import (
     MAX_GRID_X,
     FusedProgram,
@@ -35,43 +34,18 @@ from kbfuse.numerics import f32_bits_hex
 from kbfuse.tails import TAILS
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "kernels" / "naive.cu"
+KERNELS = ROOT / "kernels"
 TASKS = (53, 81, 95)
 BASE_OPTIONS = ["--std=c++11", "--fmad=false"]
 
-_COMPILE_IN_CHILD = """
-import json, sys
-from kbfuse.compile import compile_variant
-a = json.loads(sys.argv[1])
-compile_variant(a["source"], a["variant"], a["spec"], a["arch"], artifact=a["artifact"],
-                meta=a["meta"], log=a["log"])
-"""
 
-
-def compile_artifact(root: Path, name: str, route: str, options, arch: str = "auto"):
-    """(artifact, meta) of kernels/naive.cu compiled by kbfuse.compile in an isolated child."""
-    out = root / name
-    out.mkdir(parents=True, exist_ok=True)
-    args = {
-        "source": str(SOURCE),
-        "variant": name,
-        "spec": {"route": route, "kernel": "naive", "options": list(options)},
-        "arch": arch,
-        "artifact": str(out / "tails.bin"),
-        "meta": str(out / "meta.json"),
-        "log": str(out / "compile.log"),
-    }
-    env = cudacache.isolated_env(out / "scratch")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE_IN_CHILD, json.dumps(args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"compiling {name} failed:\n{proc.stdout}\n{proc.stderr}"
-    return out / "tails.bin", read_json(out / "meta.json")
+def compile_artifact(
+    root: Path, name: str, route: str, options, arch: str = "auto", kernel: str = "naive"
+):
+    """(artifact, meta) of kernels/<kernel>.cu compiled by kbfuse.compile in an isolated child."""
+    spec = {"route": route, "kernel": kernel, "options": list(options)}
+    artifact, meta = compile_in_child(root / name, KERNELS / f"{kernel}.cu", name, spec, arch)
+    return artifact, read_json(meta)
 
 
 def pin_tasks(kb_repo, root: Path, tasks=TASKS):
@@ -94,15 +68,28 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def test_grid_covers_every_element_with_256_threads():
-    assert grid_for(1) == 1
-    assert grid_for(256) == 1
-    assert grid_for(257) == 2
-    assert grid_for(2048 * 8192) == 65536  # task 53 at the pinned shape
-    assert grid_for(256 * MAX_GRID_X) == MAX_GRID_X
+    one_per_thread = Launch("per-element", 256)
+    assert grid_for(1, one_per_thread, 132) == 1
+    assert grid_for(256, one_per_thread, 132) == 1
+    assert grid_for(257, one_per_thread, 132) == 2
+    assert grid_for(2048 * 8192, one_per_thread, 132) == 65536  # task 53 at the pinned shape
+    assert grid_for(256 * MAX_GRID_X, one_per_thread, 132) == MAX_GRID_X
     with pytest.raises(KbfuseError, match="over the grid limit"):
-        grid_for(256 * MAX_GRID_X + 1)
+        grid_for(256 * MAX_GRID_X + 1, one_per_thread, 132)
     with pytest.raises(KbfuseError, match="element count 0 must be positive"):
-        grid_for(0)
+        grid_for(0, one_per_thread, 132)
+    # a grid-stride kernel never needs more than blocks-per-sm blocks on every SM
+    assert grid_for(2**40, Launch("grid-stride", 256, 16, 8), 132) == 132 * 16
+
+
+def test_load_needs_the_launch_plan_of_the_compile_record(tmp_path):
+    artifact = tmp_path / "tails.bin"
+    artifact.write_bytes(b"artifact")
+    meta = {"variant": "v", "artifact_sha256": sha256_file(artifact)}
+    with pytest.raises(KbfuseError, match="has no valid launch record .*recompile"):
+        LoadedModule.load(artifact, meta)
+    with pytest.raises(KbfuseError, match="has no valid launch record"):
+        LoadedModule.load(artifact, {**meta, "launch": {"mode": "per-element", "threads": 256}})
 
 
 def test_load_rejects_an_artifact_that_does_not_match_its_metadata(tmp_path):
@@ -143,6 +130,9 @@ def gpu_env(kb_repo, tmp_path_factory):
             ("ptx-noftz", "nvrtc-ptx", "--ftz=false"),
         )
     }
+    compiled["fast-noftz"] = compile_artifact(
+        root, "fast-noftz", "nvrtc-cubin", [*BASE_OPTIONS, "--ftz=false"], kernel="fast"
+    )
     modules = {name: LoadedModule.load(*pair) for name, pair in compiled.items()}
     return specs, modules
 
@@ -200,7 +190,7 @@ def test_launch_validation_errors(gpu_env):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["cubin-noftz", "ptx-noftz"])
+@pytest.mark.parametrize("variant", ["cubin-noftz", "ptx-noftz", "fast-noftz"])
 @pytest.mark.parametrize("task", TASKS)
 def test_tail_is_bit_identical_to_eager_without_ftz(gpu_env, task, variant):
     specs, modules = gpu_env
@@ -218,14 +208,15 @@ def test_tail_is_bit_identical_to_eager_without_ftz(gpu_env, task, variant):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["cubin-noftz", "fast-noftz"])
 @pytest.mark.parametrize("task", TASKS)
-def test_special_values_match_eager(gpu_env, task):
+def test_special_values_match_eager(gpu_env, task, variant):
     specs, modules = gpu_env
     tail = TAILS[task]
     model = build_model(specs[task], seed=0, device="cuda")
     y = special_linear_outputs(tail.linear(model).out_features)
     reference = tail.reference(model, y)
-    out = run_tail(modules["cubin-noftz"], tail, model, y)
+    out = run_tail(modules[variant], tail, model, y)
     torch.cuda.synchronize()
     assert torch.equal(torch.isnan(out), torch.isnan(reference))
     finite = ~torch.isnan(reference)
@@ -278,10 +269,11 @@ def test_task81_at_minus_88(gpu_env):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["cubin-noftz", "fast-noftz"])
 @pytest.mark.parametrize("task", TASKS)
-def test_run_tail_replays_in_a_cuda_graph(gpu_env, task):
+def test_run_tail_replays_in_a_cuda_graph(gpu_env, task, variant):
     specs, modules = gpu_env
-    mod, tail = modules["cubin-noftz"], TAILS[task]
+    mod, tail = modules[variant], TAILS[task]
     model = build_model(specs[task], seed=0, device="cuda")
     cols = tail.linear(model).out_features
     y = random_linear_outputs(cols, seed=3)
@@ -306,3 +298,54 @@ def test_run_tail_replays_in_a_cuda_graph(gpu_env, task):
     torch.cuda.synchronize()
     assert torch.equal(bits(out), bits(tail.reference(model, y)))
     assert not torch.equal(bits(out), bits(before))
+
+
+def misaligned(shape, device="cuda") -> torch.Tensor:
+    """A contiguous float32 tensor whose data pointer is 4 bytes past a 16-byte boundary."""
+    storage = torch.empty(math.prod(shape) + 1, device=device)
+    view = storage[1:].view(shape)
+    assert view.data_ptr() % 16 == 4
+    return view
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", TASKS)
+def test_fast_fallback_paths_are_bit_identical(gpu_env, task):
+    """Misaligned input or output, and (tasks 53, 81) a count that is not a multiple of 4, take
+    the fast kernels' one-element-per-step paths; the bits must not change."""
+    specs, modules = gpu_env
+    tail, fast = TAILS[task], modules["fast-noftz"]
+    model = build_model(specs[task], seed=1, device="cuda")
+    cols = tail.linear(model).out_features
+    y = random_linear_outputs(cols, seed=7)[:1000]
+    reference = tail.reference(model, y)
+    shifted_y = misaligned(tuple(y.shape))
+    shifted_y.copy_(y)
+    for source, out in ((shifted_y, torch.empty_like(y)), (y, misaligned(tuple(y.shape)))):
+        run_tail(fast, tail, model, source, out)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(out), bits(reference))
+    if task != 95:  # task 95's column count is the model's; here rows * cols is odd
+        odd = y.reshape(-1)[: 7 * 13].reshape(7, 13)
+        got = run_tail(fast, tail, model, odd)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(got), bits(tail.reference(model, odd)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", TASKS)
+def test_exhaustive_control_on_every_float32_input(gpu_env, task):
+    """All 2^32 inputs: FTZ-off naive and fast are bit-identical to eager; FTZ-on is not."""
+    specs, modules = gpu_env
+    model = build_model(specs[task], seed=0, device="cuda")
+    chosen = {name: modules[name] for name in ("cubin-noftz", "fast-noftz", "cubin-ftz")}
+    said = []
+    result = exhaustive_control(model, TAILS[task], chosen, said.append)
+    for name in ("cubin-noftz", "fast-noftz"):
+        assert result[name]["inputs"] == 2**32
+        assert result[name]["differ"] == 0 and result[name]["nan_payload_only"] == 0
+        assert result[name]["bit_identical"] and result[name]["examples"] == []
+    flushed = result["cubin-ftz"]
+    assert flushed["differ"] > 0 and not flushed["bit_identical"]
+    assert len(flushed["examples"]) == 4
+    assert len(said) == 3

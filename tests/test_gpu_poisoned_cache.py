@@ -27,11 +27,11 @@ pytestmark = pytest.mark.gpu
 _CARELESS = """
 import ctypes, sys
 from pathlib import Path
-from kbfuse import nvrtc
+from kbfuse import kernelsrc, nvrtc
 ctypes.CDLL("libcuda.so.1").cuInit(0)   # a live driver, as in any GPU process
 src, ftz, out = sys.argv[1:]
 options = ["--std=c++11", "--fmad=false", f"--ftz={ftz}", "-arch=sm_90"]
-res = nvrtc.compile_program(Path(src).read_text(), options, "naive.cu")
+res = nvrtc.compile_program(kernelsrc.load(src).text, options, "naive.cu")
 Path(out).write_bytes(res.cubin)
 """
 

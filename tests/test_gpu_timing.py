@@ -16,10 +16,10 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import compile_in_child
 from kbrepo import BATCH, IN_FEATURES, OUT_FEATURES
 
 from kbfuse import launch
-from kbfuse.compile import compile_variant
 from kbfuse.controls import run_controls, run_witness81
 from kbfuse.correctness import run_correctness
 from kbfuse.io import jsonable, read_json
@@ -70,19 +70,7 @@ def study(tmp_path_factory, kb_repo):
     pin_kernelbench(url, commit, 2, [53, 81, 95], checkout, pin)
     variants, correctness = {}, {}
     for name, (source, spec) in VARIANTS.items():
-        artifact, meta = (
-            root / "compile" / name / "tails.bin",
-            root / "compile" / name / "meta.json",
-        )
-        compile_variant(
-            source=source,
-            variant=name,
-            spec=spec,
-            arch="auto",
-            artifact=artifact,
-            meta=meta,
-            log=root / "compile" / name / "compile.log",
-        )
+        artifact, meta = compile_in_child(root / "compile" / name, source, name, spec)
         variants[name] = (artifact, meta)
         correctness[name] = root / "correctness" / f"{name}.json"
         run_correctness(

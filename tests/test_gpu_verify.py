@@ -1,8 +1,13 @@
-"""The verify stage: findings on the CPU, measured FTZ and the task-81 witness on the GPU."""
+"""The verify stage: findings on the CPU, measured FTZ and the task-81 witness on the GPU.
+
+The workflow verifies every variant in one job (`verify_variants`); `verify_variant` is that
+call for one artifact, and each variant's file must not depend on which others share the job.
+"""
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from test_gpu_launch import BASE_OPTIONS, compile_artifact, host_witness_product, pin_tasks
@@ -11,7 +16,7 @@ from kbfuse import cudacache
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
 from kbfuse.numerics import f32_bits_hex
-from kbfuse.verify import describe_finding, verify_variant
+from kbfuse.verify import REQUIRED_META_KEYS, describe_finding, verify_variant, verify_variants
 
 # --------------------------------------------------------------------------- CPU
 
@@ -67,6 +72,124 @@ def test_bad_metadata_fails_before_cuda_and_writes_no_result(tmp_path):
     with pytest.raises(KbfuseError, match=r"lacks key\(s\) \['route', 'kernel'"):
         verify_variant(tmp_path / "tails.bin", meta, tmp_path, None, out, log)
     assert not out.exists()
+
+
+def compile_meta(variant: str) -> dict:
+    meta = {key: None for key in REQUIRED_META_KEYS}
+    options = ["--std=c++11", "--ftz=false"]
+    meta.update(kind="compile", variant=variant, route="nvrtc-cubin", kernel="naive")
+    meta.update(requested_options=options, actual_options=options, implicit_options=[])
+    meta.update(expected_ftz=False, artifact_sha256="0" * 64)
+    return meta
+
+
+def test_verify_variants_checks_every_metadata_file_before_cuda(tmp_path):
+    metas = {name: tmp_path / name / "meta.json" for name in ("good", "bad")}
+    write_json(metas["good"], compile_meta("good"))
+    write_json(metas["bad"], {"kind": "compile", "variant": "bad"})
+    variants = {name: (tmp_path / name / "tails.bin", meta) for name, meta in metas.items()}
+    outs = {name: tmp_path / "verify" / f"{name}.json" for name in metas}
+    log = tmp_path / "verify.log"
+    with pytest.raises(KbfuseError, match=r"bad/meta.json lacks key\(s\) \['route'"):
+        verify_variants(variants, tmp_path, None, outs, log)
+    assert "failed: compile metadata" in log.read_text()
+    write_json(metas["bad"], compile_meta("other"))
+    with pytest.raises(KbfuseError, match="bad/meta.json is for variant 'other', not 'bad'"):
+        verify_variants(variants, tmp_path, None, outs, log)
+    with pytest.raises(KbfuseError, match="outs must map exactly the variants"):
+        verify_variants(variants, tmp_path, None, {"good": outs["good"]}, log)
+    with pytest.raises(KbfuseError, match="two variants share an output path"):
+        verify_variants(variants, tmp_path, None, {"good": outs["good"], "bad": outs["good"]})
+    with pytest.raises(KbfuseError, match="variants must be a non-empty mapping"):
+        verify_variants({}, tmp_path, None, {}, log)
+    assert not (tmp_path / "verify").exists()
+
+
+@pytest.fixture
+def cpu_verify(tmp_path, monkeypatch):
+    """verify_variants on the CPU: modules, the witness and the task-81 tail are stand-ins
+    (the witness "flushes" as the metadata expects), so the stage's plumbing is checked."""
+    from kbfuse import verify
+
+    class FakeModule:
+        device = 0
+
+        def __init__(self, meta):
+            self.variant, self.meta = meta["variant"], meta
+
+    class FakeTask81:
+        built = 0
+
+        def __init__(self, checkout, pin, device):
+            FakeTask81.built += 1
+
+        def measure(self, mod):
+            ref = "0x8007434c"
+            bits = "0x80000000" if mod.meta["expected_ftz"] else ref
+            record = {"input": -88.0, "output": 0.0, "output_bits": bits, "reference": 0.0}
+            return [{**record, "reference_bits": ref, "bit_equal": bits == ref}]
+
+    def witness(mod):
+        flushed = mod.meta["expected_ftz"]
+        output = 0.0 if flushed else 1e-40
+        record = {"output": output, "output_bits": f32_bits_hex(output)}
+        return {**record, "subnormal_kept": not flushed}, flushed
+
+    monkeypatch.setattr(verify.LoadedModule, "load", staticmethod(lambda a, m: FakeModule(m)))
+    monkeypatch.setattr(verify, "measure_witness", witness)
+    monkeypatch.setattr(verify, "Task81Witness", FakeTask81)
+    monkeypatch.setattr(verify, "read_pin", lambda path: {"tasks": {"81": {}}})
+    variants = {}
+    for name, ftz in (("keep", False), ("flush", True), ("keep-too", False)):
+        meta = compile_meta(name)
+        options = ["--std=c++11", f"--ftz={str(ftz).lower()}"]
+        meta.update(requested_options=options, actual_options=options, expected_ftz=ftz)
+        write_json(tmp_path / name / "meta.json", meta)
+        variants[name] = (tmp_path / name / "tails.bin", tmp_path / name / "meta.json")
+    return variants, FakeTask81
+
+
+def test_verify_variants_on_a_cpu_stand_in_matches_single_variant_runs(cpu_verify, tmp_path):
+    variants, task81 = cpu_verify
+    outs = {name: tmp_path / "together" / f"{name}.json" for name in variants}
+    log = tmp_path / "together.log"
+    records = verify_variants(variants, tmp_path, tmp_path / "pin.json", outs, log)
+    assert task81.built == 1  # one task-81 model for every variant
+    assert list(records) == list(variants)
+    assert {n: r["effective_ftz"] for n, r in records.items()} == {
+        "keep": False,
+        "flush": True,
+        "keep-too": False,
+    }
+    assert all(r["finding"] is None and not r["mismatch"] for r in records.values())
+    for name, (artifact, meta) in variants.items():
+        alone = tmp_path / "alone" / f"{name}.json"
+        assert (
+            verify_variant(artifact, meta, tmp_path, tmp_path / "pin.json", alone)
+            == (records[name])
+        )
+        assert outs[name].read_bytes() == alone.read_bytes(), name
+    assert log.read_text().splitlines()[-3:] == [f"wrote {outs[n]}" for n in variants]
+
+
+def test_verify_variants_writes_no_file_when_one_write_fails(cpu_verify, tmp_path, monkeypatch):
+    from kbfuse import verify
+
+    variants, _ = cpu_verify
+    outs = {name: tmp_path / "out" / f"{name}.json" for name in variants}
+    real_write = verify.write_json
+
+    def failing_write(path, record):
+        if Path(path).name == "keep-too.json":
+            raise OSError("disk full")
+        real_write(path, record)
+
+    monkeypatch.setattr(verify, "write_json", failing_write)
+    log = tmp_path / "verify.log"
+    with pytest.raises(OSError, match="disk full"):
+        verify_variants(variants, tmp_path, None, outs, log)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert log.read_text().splitlines()[-1] == "failed: disk full"
 
 
 # --------------------------------------------------------------------------- GPU
@@ -178,3 +301,39 @@ def test_verify_without_task81_records_why(verify_env):
     assert record["task81"] == []
     assert record["task81_note"] == "task 81 is not in the study: no task-81 tail witness was run"
     assert record["effective_ftz"] is False and record["finding"] is None
+
+
+@pytest.mark.gpu
+def test_one_job_for_every_variant_writes_what_single_variant_jobs_write(verify_env):
+    """verify_variants (the workflow's job: every module in one process, one task-81 model)
+    writes, byte for byte, the file verify_variant writes for each artifact alone."""
+    root, checkout, pin_path = verify_env
+    specs = {
+        "all-cubin-noftz": ("nvrtc-cubin", [*BASE_OPTIONS, "--ftz=false"]),
+        "all-cubin-ftz": ("nvrtc-cubin", [*BASE_OPTIONS, "--ftz=true"]),
+        "all-ptx-ftz": ("nvrtc-ptx", [*BASE_OPTIONS, "--ftz=true"]),
+        "all-cupy": ("cupy-default", BASE_OPTIONS),
+    }
+    variants = {}
+    for name, (route, options) in specs.items():
+        artifact, _ = compile_artifact(root, name, route, options)
+        variants[name] = (artifact, root / name / "meta.json")
+    outs = {name: root / "together" / f"{name}.json" for name in specs}
+    log = root / "together.log"
+    records = verify_variants(variants, checkout, pin_path, outs, log)
+    assert list(records) == list(specs)
+    for name, (artifact, meta_path) in variants.items():
+        alone = root / "alone" / f"{name}.json"
+        assert verify_variant(artifact, meta_path, checkout, pin_path, alone) == records[name]
+        assert outs[name].read_bytes() == alone.read_bytes(), name
+        assert f"wrote {outs[name]}" in log.read_text()
+    effective = {name: record["effective_ftz"] for name, record in records.items()}
+    assert effective == {
+        "all-cubin-noftz": False,
+        "all-cubin-ftz": True,
+        "all-ptx-ftz": True,
+        "all-cupy": True,
+    }
+    assert [r["bit_equal"] for r in records["all-cubin-noftz"]["task81"]] == [True, True]
+    assert records["all-cubin-ftz"]["task81"][0]["output_bits"] == "0x80000000"
+    assert records["all-cupy"]["finding"].startswith("all-cupy: options do not request FTZ")

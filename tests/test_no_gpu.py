@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import copy_workflow, snakemake, write_test_config
 
 from kbfuse.io import sha256_file
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(
     reason="a CUDA GPU is visible: the no-GPU failure cannot be provoked here",
 )
 
-MESSAGE = "needs a CUDA GPU, but torch sees none"
+MESSAGE = "needs a CUDA GPU, but the CUDA driver sees none"
 ADVICE = "build only the CPU part: snakemake --cores 1 cpu"
 FAST_S = 30  # one snakemake run, start-up included; the failing job itself takes ~2 s
 
@@ -53,33 +54,59 @@ def test_env_fingerprint_fails_fast_with_a_clear_message(workflow_copy):
     assert not (workdir / "results/benchmarks/env/fingerprint.tsv").exists()
 
 
-@pytest.fixture(scope="module")
-def cpu_done(tmp_path_factory, kb_repo):
-    """A workflow copy after `snakemake cpu` (pin, NVRTC compiles, direction witness)."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("no-gpu"))
+def cpu_part(workdir: Path, kb_repo) -> tuple[Path, Path]:
     config = write_test_config(workdir, *kb_repo, tasks=[53, 81])
     snakemake(workdir, "--cores", "2", "cpu", "--configfile", str(config))
     return workdir, config
 
 
+@pytest.fixture(scope="module")
+def cpu_done(tmp_path_factory, kb_repo):
+    """A workflow copy after `snakemake cpu` (pin, NVRTC compiles, direction witness)."""
+    return cpu_part(copy_workflow(tmp_path_factory.mktemp("no-gpu")), kb_repo)
+
+
+@pytest.fixture(scope="module")
+def cpu_done_without_cupy(tmp_path_factory, kb_repo):
+    """The same, for a study without CuPy's route: the CPU part compiles every variant."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("no-gpu-no-cupy"))
+    study = workdir / "config/config.yaml"
+    cfg = yaml.safe_load(study.read_text())
+    del cfg["variants"]["cupy-default"]  # a --configfile overlay can add variants, not drop them
+    study.write_text(yaml.safe_dump(cfg))
+    return cpu_part(workdir, kb_repo)
+
+
 # One output of every GPU rule whose inputs the CPU part provides (the CuPy route's compile
 # needs a GPU too) ...
 GPU_JOBS = {
-    "verify_variant": ("results/verify/nvrtc-cubin-noftz.json", "verify"),
-    "correctness_variant": ("results/correctness/81/nvrtc-ptx-ftz.json", "correctness"),
     "correctness_baselines": ("results/correctness/53/baselines.json", "correctness_baselines"),
     "compile_variant": ("results/compile/cupy-default/meta.json", "compile"),
 }
-# ... and two that depend on the failing cupy-default compile: they must never start.
-DOWNSTREAM = ("results/verify/cupy-default.json", "results/correctness/81/cupy-default.json")
+# ... and the jobs that load every variant, so depend on the failing cupy-default compile:
+# they must never start.
+DOWNSTREAM = {
+    "verify_variants": "results/verify/nvrtc-cubin-noftz.json",
+    "correctness_variants": "results/correctness/81/nvrtc-ptx-ftz.json",
+}
+
+
+def new_files(workdir: Path, before: dict) -> list[str]:
+    """Files under results/ that are not in `before`, relative to results/logs; and check that
+    nothing in `before` changed."""
+    after = {p: sha256_file(p) for p in (workdir / "results").rglob("*") if p.is_file()}
+    assert {p: after[p] for p in before} == before
+    return sorted(
+        p.relative_to(workdir / "results/logs").as_posix() for p in set(after) - set(before)
+    )
 
 
 def test_gpu_stages_after_the_cpu_target_fail_fast_and_leave_nothing(cpu_done):
     workdir, config = cpu_done
     before = {p: sha256_file(p) for p in (workdir / "results").rglob("*") if p.is_file()}
     targets = [path for path, _ in GPU_JOBS.values()]
-    out, elapsed = run_failing(workdir, *targets, *DOWNSTREAM, "--configfile", str(config))
-    assert elapsed < 2 * FAST_S  # four GPU jobs, one at a time (gpu=1)
+    out, elapsed = run_failing(workdir, *targets, *DOWNSTREAM.values(), "--configfile", str(config))
+    assert elapsed < 2 * FAST_S  # two GPU jobs, one at a time (gpu=1)
     for rule, (path, stage) in GPU_JOBS.items():
         assert started(out, rule) == 1, rule
         assert f"Error in rule {rule}" in out
@@ -87,23 +114,34 @@ def test_gpu_stages_after_the_cpu_target_fail_fast_and_leave_nothing(cpu_done):
         assert not (workdir / path).exists(), path
     assert out.count(ADVICE) >= len(GPU_JOBS)
     assert not (workdir / "results/compile/cupy-default/tails.bin").exists()
-    for path in DOWNSTREAM:  # not started: no log, no output
-        log = Path(path.replace("results/", "results/logs/")).with_suffix(".log")
-        assert not (workdir / log).exists(), log
+    for rule in DOWNSTREAM:  # not started: no log, no output
+        assert started(out, rule) == 0, rule
     for name in ("verify", "correctness"):
         assert not [p for p in (workdir / "results" / name).rglob("*") if p.is_file()]
     # Nothing the CPU part made was touched; the only new files are the failed jobs' logs.
-    after = {p: sha256_file(p) for p in (workdir / "results").rglob("*") if p.is_file()}
-    assert {p: after[p] for p in before} == before
-    new = sorted(
-        p.relative_to(workdir / "results/logs").as_posix() for p in set(after) - set(before)
-    )
-    assert new == [
-        "compile/cupy-default.log",
-        "correctness/53/baselines.log",
-        "correctness/81/nvrtc-ptx-ftz.log",
-        "verify/nvrtc-cubin-noftz.log",
-    ]
+    new = new_files(workdir, before)
+    assert new == ["compile/cupy-default.log", "correctness/53/baselines.log"]
+    for rel in new:
+        assert MESSAGE in (workdir / "results/logs" / rel).read_text(), rel
+    # ... and the CPU target is still complete.
+    dry = snakemake(workdir, "--dry-run", "--cores", "1", "cpu", "--configfile", str(config))
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_jobs_of_every_variant_fail_fast_and_leave_none_of_their_files(cpu_done_without_cupy):
+    """verify_variants and correctness_variants write one file per variant: none survives."""
+    workdir, config = cpu_done_without_cupy
+    before = {p: sha256_file(p) for p in (workdir / "results").rglob("*") if p.is_file()}
+    out, elapsed = run_failing(workdir, *DOWNSTREAM.values(), "--configfile", str(config))
+    assert elapsed < 2 * FAST_S  # two GPU jobs, one at a time (gpu=1)
+    for rule, stage in (("verify_variants", "verify"), ("correctness_variants", "correctness")):
+        assert started(out, rule) == 1, rule
+        assert f"Error in rule {rule}" in out
+        assert f"kbfuse: {stage} failed: stage {stage!r} {MESSAGE}" in out
+    for name in ("verify", "correctness"):
+        assert not [p for p in (workdir / "results" / name).rglob("*") if p.is_file()]
+    new = new_files(workdir, before)
+    assert new == ["correctness/81/variants.log", "verify/variants.log"]
     for rel in new:
         assert MESSAGE in (workdir / "results/logs" / rel).read_text(), rel
     # ... and the CPU target is still complete.

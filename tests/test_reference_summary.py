@@ -15,7 +15,7 @@ metadata Snakemake falls back to mtimes, and the library modules the summary rul
 inputs (copied with their repository mtimes) may be newer than them. After one real run the
 metadata holds a checksum of every input: a recorded file that is only touched keeps the
 tree up to date, a changed one reruns exactly summary, manifest and bundle. Without
-`--allowed-rules` the same tree plans the whole study again (47 jobs), starting with the
+`--allowed-rules` the same tree plans the whole study again (31 jobs), starting with the
 KernelBench checkout, which is not committed.
 """
 
@@ -95,7 +95,7 @@ def test_summarize_rebuilds_the_committed_summary(config, tmp_path, capsys):
     assert rc == cli.EXIT_OK
     printed = capsys.readouterr().out.split()
     assert sorted(Path(p).name for p in printed) == sorted(summary_outputs(config))
-    assert len(printed) == 34  # 15 tables x (csv, md) + 3 tail plots + the bit-equality plot
+    assert len(printed) == 36  # 16 tables x (csv, md) + 3 tail plots + the bit-equality plot
     assert_same_summary(out)
 
 
@@ -130,7 +130,7 @@ def test_correctness_rows_are_the_recorded_task_variant_files(config, tables):
         for p in (REFERENCE / "correctness").glob("*/*.json")
         if p.stem != "baselines"
     }
-    assert len(files) == 15
+    assert len(files) == 18
     assert files == {(t, v) for t in config["tasks"] for v in config["variants"]}
     df = tables["correctness"]
     assert list(zip(df["task"], df["variant"], strict=True)) == [
@@ -174,7 +174,7 @@ def test_case_tables_hold_every_recorded_case_once(config, tables):
     df = tables["correctness_cases"]
     cols = ["task", "implementation", "name", "elements", "bit_equal"]
     assert list(df[cols].itertuples(index=False, name=None)) == expected
-    assert len(expected) == 602  # (28 + 28 + 30 cases) x (5 variants + 2 baselines)
+    assert len(expected) == 688  # (28 + 28 + 30 cases) x (6 variants + 2 baselines)
 
     tiny = []
     for task in config["tasks"]:
@@ -183,7 +183,7 @@ def test_case_tables_hold_every_recorded_case_once(config, tables):
     df = tables["tiny_values"]
     got = df[["task", "variant", "name", "bit_equal"]].itertuples(index=False, name=None)
     assert sorted(got) == sorted(tiny)
-    assert len(tiny) == 3 * 5 * 5  # tasks x variants x control cases
+    assert len(tiny) == 3 * 6 * 5  # tasks x variants x control cases
 
 
 def test_timing_rows_are_the_recorded_measurements(config, tables):
@@ -200,7 +200,7 @@ def test_timing_rows_are_the_recorded_measurements(config, tables):
                         expected.add((task, impl, method, len(m["samples_ms"]), m["median_ms"]))
         got = df[["task", "impl", "method", "rounds", "median_ms"]].itertuples(index=False)
         assert {tuple(r) for r in got} == expected
-        assert len(df) == 3 * 2 * 8  # tasks x methods x (3 baselines + 5 variants)
+        assert len(df) == 3 * 2 * 9  # tasks x methods x (3 baselines + 6 variants)
     assert tables["skipped"].empty
 
 
@@ -231,7 +231,7 @@ def test_compiler_contract_shows_cupys_hidden_ftz(config, tables):
 def test_witness81_table_is_the_recorded_witness(tables):
     df = tables["witness81"]
     w = recorded("controls/witness81.json")
-    assert len(df) == sum(len(records) for records in w["variants"].values()) == 10
+    assert len(df) == sum(len(records) for records in w["variants"].values()) == 12
     at88 = df[df["input"] == -88.0].set_index("variant")
     assert set(at88["reference_bits"]) == {"0x82b54ddb"}
     assert set(at88["reference"]) == {-2.6640246534862188e-37}
@@ -290,7 +290,7 @@ def test_rules_on_recorded_files_rebuild_summary_manifest_bundle(recorded_run, c
 
     report = verify_bundle(results / BUNDLE)
     assert report["ok"], report
-    assert report["checked"] == 78
+    assert report["checked"] == 86
     assert report["changed"] == report["missing"] == report["extra"] == []
     pin = read_json(REFERENCE / "kernelbench/pin.json")
     assert report["pin"] == {"url": pin["url"], "commit": config["kernelbench"]["commit"]}
@@ -322,8 +322,11 @@ def test_recorded_files_stay_up_to_date_until_one_changes(recorded_run):
     # The whole study without --allowed-rules: the GPU stages would run again.
     full = snakemake(workdir, "--dry-run", "--cores", "1", "all", "--configfile", str(overlay))
     planned = planned_rules(full)
-    assert len(planned) == 47
-    assert {"kernelbench_checkout", "verify_variant", "timing", "summary"} <= set(planned)
+    # the checkout is missing, so everything that reads a task reruns: checkout, 3 task pins,
+    # pin, verify, 3 x (correctness variants, baselines, timing, controls), witness81, and
+    # after them margin audit, summary, manifest, bundle, all (compiles and env read no task)
+    assert len(planned) == 24, sorted(planned)
+    assert {"kernelbench_checkout", "verify_variants", "timing", "summary"} <= set(planned)
     assert "Missing output files: results/kernelbench/checkout" in full.stdout
     # Newer alone is not enough: the run recorded the checksum of every input, so a touched
     # but unchanged result keeps the aggregates up to date; a changed one reruns exactly them.
@@ -355,14 +358,18 @@ def test_readme_tables_print_the_recorded_numbers(capsys):
     out = capsys.readouterr().out
     sections = re.split(r"^### ", out, flags=re.M)
     rows = [len(re.findall(r"^\| (?!:|variant|task)", s, re.M)) for s in sections[1:]]
-    assert rows == [5, 21, 24, 10]  # variants; (variants + 2 baselines) x tasks; 8 x 3; 5 x 2
+    # variants; (variants + 2 baselines) x tasks; 9 x 3; variants x tasks; 6 x 2
+    assert rows == [6, 24, 27, 18, 12]
     assert "NVIDIA H200 (132 SMs), driver 580.159.04" in sections[0]
     cupy = re.search(r"^\| cupy-default .*$", sections[1], re.M).group(0)
     assert "`-ftz=true`" in cupy and "| not named " in cupy and "85 (0 in" in cupy
-    assert "| 81     | nvrtc-cubin-noftz | pass   | 27/28 " in sections[2]
+    assert "| 81     | nvrtc-cubin-noftz      | pass   | 27/28 " in sections[2]
     assert "0 of 203,423,744" in sections[2] and "363,418 of 203,423,744" in sections[2]
-    assert "21 case records fail the official predicate: `tail/nonfinite`." in sections[2]
+    assert "24 case records fail the official predicate: `tail/nonfinite`." in sections[2]
     tail81 = re.search(r"^\| 81 +\| nvrtc-cubin-noftz .*$", sections[3], re.M).group(0)
-    assert "| 32.2 " in tail81 and "3.38 (3.35–3.39)" in tail81 and "vs inductor" in tail81
-    assert "| -88 " in sections[4] and "-0.0 (`0x80000000`)" in sections[4]
-    assert "-2.6640246534862188e-37 (`0x82b54ddb`)" in sections[4]
+    assert "| 33.0 " in tail81 and "3.31 (3.30–3.32)" in tail81 and "vs inductor" in tail81
+    fast95 = re.search(r"^\| 95 +\| fast-nvrtc-cubin-noftz .*$", sections[4], re.M).group(0)
+    assert "| 0 of 4,294,967,296 " in fast95 and "| yes " in fast95
+    assert "| 50,513,346 of 4,294,967,296 " in sections[4]  # task 81 or 95, FTZ on
+    assert "| -88 " in sections[5] and "-0.0 (`0x80000000`)" in sections[5]
+    assert "-2.6640246534862188e-37 (`0x82b54ddb`)" in sections[5]

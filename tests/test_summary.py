@@ -223,6 +223,19 @@ def fingerprint(gpu: str, driver: str) -> dict:
     }
 
 
+def exhaustive_record(config: dict, v: str) -> dict:
+    """Flushing variants differ on 1000 inputs (-0.0 for a tiny negative), others on none."""
+    differ = 1000 if flushes(config, v) else 0
+    examples = [{"input": "0xc2b00000", "eager": "0x82b54ddb", "kernel": "0x80000000"}]
+    return {
+        "inputs": 1 << 32,
+        "differ": differ,
+        "nan_payload_only": 0,
+        "examples": examples if differ else [],
+        "bit_identical": differ == 0,
+    }
+
+
 def compile_meta(config: dict, v: str, blob: bytes) -> dict:
     spec = config["variants"][v]
     implicit = ["-ftz=true"] if spec["route"] == "cupy-default" else []
@@ -235,6 +248,17 @@ def compile_meta(config: dict, v: str, blob: bytes) -> dict:
         "kernel": "naive",
         "source": "kernels/naive.cu",
         "source_sha256": "ab" * 32,
+        "launch": {
+            "default": {"mode": "per-element", "threads": 256},
+            "per_kernel": {
+                "tail53": {
+                    "mode": "grid-stride",
+                    "threads": 128,
+                    "blocks_per_sm": 4,
+                    "items_per_thread": 8,
+                }
+            },
+        },
         "requested_options": spec["options"],
         "implicit_options": implicit,
         "actual_options": spec["options"] + implicit,
@@ -387,6 +411,7 @@ def write_study(root: Path, config: dict, *, gpu="NVIDIA H200", driver="580.95.0
                     for v in variants
                 },
                 "ftz_cost": ftz_cost(config, passing, rng),
+                "exhaustive": {v: exhaustive_record(config, v) for v in variants},
                 "cuda_cache": CACHE,
             },
         )
@@ -660,6 +685,8 @@ def test_compiler_contract_and_witness(study):
     assert contract.loc["nvrtc-cubin-ftz", "sass_ftz_count"] == 9
     assert not contract.loc["nvrtc-cubin-noftz", "effective_ftz"]
 
+    assert cupy["launch"] == "per-element x256; tail53: grid-stride x128 4/SM"
+
     witness = tables["witness81"]
     assert len(witness) == len(config["variants"]) * 2
     flushed = witness[witness["variant"] == "nvrtc-cubin-ftz"]
@@ -889,3 +916,19 @@ def test_a_file_that_breaks_the_contract_is_named(study):
     _edit(root / "timing/81.json", lambda d: d.pop("tail_bytes"))
     with pytest.raises(KbfuseError, match="summary table timing_tail: .*'tail_bytes'"):
         summary.build_tables(root, config)
+
+
+def test_exhaustive_table_counts_every_input_per_task_and_variant(study):
+    root, config = study
+    table = summary.build_tables(root, config)["exhaustive"]
+    assert len(table) == len(config["tasks"]) * len(config["variants"])
+    assert set(table["inputs"]) == {1 << 32}
+    by_variant = table.groupby("variant")
+    flushed = by_variant.get_group("nvrtc-cubin-ftz")
+    assert set(flushed["differ"]) == {1000} and not flushed["bit_identical"].any()
+    assert set(flushed["first_difference"]) == {
+        "input 0xc2b00000: eager 0x82b54ddb, kernel 0x80000000"
+    }
+    kept = by_variant.get_group("nvrtc-cubin-noftz")
+    assert set(kept["differ"]) == {0} and kept["bit_identical"].all()
+    assert set(kept["first_difference"]) == {""}

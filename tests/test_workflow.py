@@ -21,8 +21,22 @@ from conftest import snakemake, write_test_config
 
 from kbfuse.io import read_json
 
-CPU_VARIANTS = ["nvrtc-cubin-noftz", "nvrtc-cubin-ftz", "nvrtc-ptx-noftz", "nvrtc-ptx-ftz"]
-ALL_VARIANTS = ["cupy-default", *CPU_VARIANTS]
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+# The study's variants, in config order; all but CuPy's route compile on the CPU for sm_90.
+ALL_VARIANTS = list(DEFAULT["variants"])
+CPU_VARIANTS = [v for v in ALL_VARIANTS if DEFAULT["variants"][v]["route"] != "cupy-default"]
+TASKS = [int(t) for t in DEFAULT["tasks"]]
+# Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto).
+GPU_RULES = {
+    "verify_variants",
+    "env_fingerprint",
+    "correctness_variants",
+    "correctness_baselines",
+    "timing",
+    "controls",
+    "witness81",
+}
 # Jobs that read every result, so any change upstream reruns them.
 AGGREGATES = {("margin_audit", ""), ("summary", ""), ("manifest", ""), ("bundle", "")}
 
@@ -43,6 +57,25 @@ def planned_jobs(workdir: Path, *args: str) -> set[tuple[str, str]]:
     return jobs
 
 
+def planned_outputs(workdir: Path, *args: str) -> dict[tuple[str, str], list[str]]:
+    """(rule, wildcards) -> output files of every job a dry-run would run."""
+    proc = snakemake(workdir, "--dry-run", "--cores", "1", *args)
+    outputs: dict[tuple[str, str], list[str]] = {}
+    rule = wildcards = files = None
+    for line in [*proc.stdout.splitlines(), ""]:
+        line = line.strip()
+        if m := re.match(r"^(?:local)?rule (\w+):$", line):
+            rule, wildcards, files = m.group(1), "", []
+        elif rule and (m := re.match(r"^output: (.*)$", line)):
+            files = m.group(1).split(", ")
+        elif rule and (m := re.match(r"^wildcards: (.*)$", line)):
+            wildcards = m.group(1)
+        elif rule and not line:
+            outputs[(rule, wildcards)] = files
+            rule = None
+    return outputs
+
+
 def rules_of(jobs) -> dict[str, int]:
     counts: dict[str, int] = {}
     for rule, _ in jobs:
@@ -53,18 +86,20 @@ def rules_of(jobs) -> dict[str, int]:
 def test_full_default_dag_by_dry_run(workflow_copy):
     workdir, overlay = workflow_copy
     jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
+    n_tasks = len(TASKS)
+    assert TASKS == [53, 81, 95]
     assert rules_of(jobs) == {
         "all": 1,
         "kernelbench_checkout": 1,
-        "kernelbench_task": 3,
+        "kernelbench_task": n_tasks,
         "kernelbench_pin": 1,
-        "compile_variant": 5,
-        "verify_variant": 5,
+        "compile_variant": len(ALL_VARIANTS),
+        "verify_variants": 1,  # every variant in one job
         "env_fingerprint": 1,
-        "correctness_variant": 15,
-        "correctness_baselines": 3,
-        "timing": 3,
-        "controls": 3,
+        "correctness_variants": n_tasks,  # one job per task for every variant
+        "correctness_baselines": n_tasks,
+        "timing": n_tasks,
+        "controls": n_tasks,
         "witness81": 1,
         "direction_witness": 1,
         "margin_audit": 1,
@@ -72,6 +107,25 @@ def test_full_default_dag_by_dry_run(workflow_copy):
         "manifest": 1,
         "bundle": 1,
     }
+    # GPU jobs besides the compiles: one verify, one env, two correctness jobs per task
+    # (variants, baselines), timing and controls per task, the task-81 witness.
+    assert sum(n for rule, n in rules_of(jobs).items() if rule in GPU_RULES) == 4 * n_tasks + 3
+    assert len(jobs) == 11 + 5 * n_tasks + len(ALL_VARIANTS)
+
+
+def test_one_job_writes_every_variants_correctness_and_verify_file(workflow_copy):
+    workdir, overlay = workflow_copy
+    outputs = planned_outputs(workdir, "all", "--configfile", str(overlay))
+    for task in TASKS:
+        assert sorted(outputs[("correctness_variants", f"task={task}")]) == sorted(
+            f"results/correctness/{task}/{v}.json" for v in ALL_VARIANTS
+        )
+        assert outputs[("correctness_baselines", f"task={task}")] == [
+            f"results/correctness/{task}/baselines.json"
+        ]
+    assert sorted(outputs[("verify_variants", "")]) == sorted(
+        f"results/verify/{v}.json" for v in ALL_VARIANTS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +170,7 @@ def _stand_in_for_gpu_outputs(workdir: Path, overlay: Path) -> None:
     assert {rule for rule, _ in pending} <= {
         "all",
         "compile_variant",  # cupy-default needs CuPy and a GPU
-        "verify_variant",
-        "env_fingerprint",
-        "correctness_variant",
-        "correctness_baselines",
-        "timing",
-        "controls",
-        "witness81",
+        *GPU_RULES,
         "margin_audit",
         "summary",
         "manifest",
@@ -182,9 +230,10 @@ def test_changing_one_variant_reruns_only_its_compile_and_dependents(settled):
     assert jobs == {
         ("all", ""),
         ("compile_variant", "variant=nvrtc-ptx-ftz"),
-        ("verify_variant", "variant=nvrtc-ptx-ftz"),
-        ("correctness_variant", "task=53, variant=nvrtc-ptx-ftz"),
-        ("correctness_variant", "task=81, variant=nvrtc-ptx-ftz"),
+        # one job checks every variant: a changed artifact reruns the whole job
+        ("verify_variants", ""),
+        ("correctness_variants", "task=53"),
+        ("correctness_variants", "task=81"),
         ("timing", "task=53"),
         ("timing", "task=81"),
         ("controls", "task=53"),
@@ -204,7 +253,7 @@ def test_adding_a_task_adds_only_that_tasks_jobs(settled):
         ("all", ""),
         ("kernelbench_task", "task=95"),
         ("kernelbench_pin", ""),
-        *{("correctness_variant", f"task=95, variant={v}") for v in ALL_VARIANTS},
+        ("correctness_variants", "task=95"),
         ("correctness_baselines", "task=95"),
         ("timing", "task=95"),
         ("controls", "task=95"),
@@ -230,7 +279,19 @@ def test_editing_a_library_module_reruns_the_rules_that_use_it(settled):
 def test_editing_the_kernel_source_reruns_every_compile_and_gpu_stage(settled):
     workdir, overlay = settled
     _edit(workdir / "kernels/naive.cu")
-    counts = rules_of(planned_jobs(workdir, "all", "--configfile", str(overlay)))
-    assert counts["compile_variant"] == 5
-    assert counts["correctness_variant"] == 10
+    jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
+    naive = {v for v in ALL_VARIANTS if DEFAULT["variants"][v].get("kernel", "naive") == "naive"}
+    assert {w for rule, w in jobs if rule == "compile_variant"} == {f"variant={v}" for v in naive}
+    assert {job for job in jobs if job[0] in GPU_RULES} == {
+        ("verify_variants", ""),
+        ("correctness_variants", "task=53"),
+        ("correctness_variants", "task=81"),
+        ("timing", "task=53"),
+        ("timing", "task=81"),
+        ("controls", "task=53"),
+        ("controls", "task=81"),
+        ("witness81", ""),
+    }
+    counts = rules_of(jobs)
     assert "kernelbench_task" not in counts and "direction_witness" not in counts
+    assert "correctness_baselines" not in counts and "env_fingerprint" not in counts

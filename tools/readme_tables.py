@@ -5,7 +5,8 @@
 Reads only the committed summary tables (RESULTS_DIR/summary/*.csv, written by the summary
 rule or `kbfuse summarize`), with pandas, and prints: the machine, effective flush-to-zero
 per variant, correctness and bit identity per task x implementation, tail and full-program
-CUDA-graph medians with paired ratios and % of the copy floor, and the task-81 witness.
+CUDA-graph medians with paired ratios and % of the copy floor, every float32 input through
+each tail (the exhaustive control), and the task-81 witness.
 """
 
 from __future__ import annotations
@@ -171,6 +172,23 @@ def timing_table(summary: Path) -> str:
     )
 
 
+def exhaustive_table(summary: Path) -> str:
+    df = read(summary, "exhaustive")
+    rows = [
+        {
+            "task": r.task,
+            "variant": r.variant,
+            "kernel": r.kernel,
+            "inputs differing from eager": f"{r.differ:,} of {r.inputs:,}",
+            "NaN payload only": f"{r.nan_payload_only:,}",
+            "bit-identical on every input": "yes" if r.bit_identical else "no",
+            "first difference": text(r.first_difference),
+        }
+        for r in df.itertuples()
+    ]
+    return markdown(rows)
+
+
 def witness_table(summary: Path) -> str:
     df = read(summary, "witness81")
     rows = [
@@ -203,6 +221,8 @@ def main(argv: list[str]) -> int:
         correctness_table(summary),
         "### Time (CUDA-graph replay)\n",
         timing_table(summary),
+        "### Every float32 input (the exhaustive control)\n",
+        exhaustive_table(summary),
         "### The task-81 witness\n",
         witness_table(summary),
     ]

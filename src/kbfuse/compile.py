@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbfuse import cudacache, disasm, nvrtc, routes
+from kbfuse import cudacache, disasm, kernelsrc, nvrtc, routes
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import sha256_bytes, write_bytes, write_json, write_text
@@ -66,20 +66,21 @@ def check_spec(variant: str, spec) -> tuple[str, str, list[str]]:
 
 
 def gpu_arch() -> str:
-    """sm_XY of the current GPU through torch.cuda; call only after cudacache.isolate."""
+    """sm_XY of GPU 0, read from the CUDA driver through ctypes (kbfuse.cudadriver: no torch
+    import); call only after cudacache.isolate (cuInit initialises the driver)."""
+    from kbfuse import cudadriver
+
+    advice = "set arch: sm_XY in the config (e.g. sm_90 for H100/H200) to compile without one"
     try:
-        import torch
-    except ImportError as exc:
+        major, minor = cudadriver.compute_capability(0)
+    except cudadriver.NoCudaDriver as exc:
+        raise KbfuseError(f"arch: auto needs a GPU and its driver, but {exc}; {advice}") from exc
+    except cudadriver.NoCudaDevice as exc:
+        raise KbfuseError(f"arch: auto needs a GPU, but {exc}; {advice}") from exc
+    except cudadriver.CudaDriverError as exc:
         raise KbfuseError(
-            "arch: auto needs torch with a CUDA GPU to read the compute capability; "
-            "set arch: sm_XY in the config (e.g. sm_90 for H100/H200)"
+            f"arch: auto needs a GPU's compute capability, but {exc}; {advice}"
         ) from exc
-    if not torch.cuda.is_available():
-        raise KbfuseError(
-            "arch: auto needs a GPU (torch.cuda.is_available() is False on this machine); "
-            "set arch: sm_XY in the config (e.g. sm_90 for H100/H200) to compile without one"
-        )
-    major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
 
 
@@ -484,12 +485,12 @@ def compile_variant(
         source_path = Path(source)
         if not source_path.is_file():
             raise KbfuseError(f"variant {variant!r}: kernel source {source} does not exist")
+        unit = kernelsrc.load(source_path)  # headers inlined; launch line checked
         if routes.ROUTES[route].needs_nvcc:
             find_nvcc()  # fail before any other work
         _ensure_isolated(scratch_dir)
         arch = resolve_arch(arch)
-        source_bytes = source_path.read_bytes()
-        compiled = COMPILERS[route](source_bytes.decode(), options, arch, source_path.name)
+        compiled = COMPILERS[route](unit.text, options, arch, source_path.name)
         if compiled.artifact_kind != routes.ROUTES[route].artifact_kind:
             compiled.notes.append(
                 f"route {route} should give a {routes.ROUTES[route].artifact_kind}, "
@@ -502,7 +503,9 @@ def compile_variant(
             "route": route,
             "kernel": kernel,
             "source": str(source),
-            "source_sha256": sha256_bytes(source_bytes),
+            "source_sha256": unit.sha256,
+            "source_files": unit.files,
+            "launch": unit.launch.record(),
             "requested_options": options,
             "implicit_options": list(routes.ROUTES[route].implicit_options),
             "actual_options": compiled.actual_options,

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kbfuse import kernelsrc
 from kbfuse.errors import KbfuseError
 from kbfuse.routes import option_problems
 
@@ -71,6 +72,11 @@ def check_config(config: Mapping[str, Any], kernels_dir: str | Path = "kernels")
             problems.append(
                 f"config key variants.{name}.kernel: {spec.get('kernel')!r} has no source {source}"
             )
+        else:
+            try:
+                kernelsrc.load(source)
+            except KbfuseError as exc:
+                problems.append(f"config key variants.{name}.kernel: {exc}")
     tiny = config["controls"]["tiny_values"]
     if not tiny["low"] < tiny["high"]:
         problems.append(

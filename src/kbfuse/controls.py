@@ -27,6 +27,7 @@ import numpy as np
 from kbfuse import baselines as baseline_builders
 from kbfuse import cudacache, kernelbench, launch, numerics, tails
 from kbfuse.errors import KbfuseError
+from kbfuse.exhaustive import exhaustive_control
 from kbfuse.inputs import make_input
 from kbfuse.io import write_json
 from kbfuse.timing import (
@@ -367,7 +368,8 @@ def run_controls(
     out: str | os.PathLike,
     log: str | os.PathLike | None = None,
 ) -> dict:
-    """Small-shape timing, tiny-value cases and FTZ cost for one task; writes controls JSON."""
+    """Small-shape timing, tiny-value cases, FTZ cost and every float32 input (the exhaustive
+    control) for one task; writes controls JSON."""
     import torch
 
     say = Progress(log)
@@ -403,6 +405,7 @@ def run_controls(
     ftz_cost = ftz_cost_control(model, x, tail, pairs, modules, cfg["ftz_cost"], protocol, say)
     del x
     tiny = tiny_values_control(model, tail, modules, cfg["tiny_values"], tolerance, say)
+    every_input = exhaustive_control(model, tail, modules, say)
 
     result = {
         "kind": "controls",
@@ -418,6 +421,7 @@ def run_controls(
         "small_shape": small,
         "tiny_values": tiny,
         "ftz_cost": ftz_cost,
+        "exhaustive": every_input,
         "cuda_cache": cudacache.current_setting(),
     }
     write_json(out, result)

@@ -22,6 +22,12 @@ cannot be captured in a CUDA graph fails the check `graph/capture`.
 
 Outputs of the kernel are poisoned with NaN before every launch and replay, so an element
 a kernel fails to write cannot pass by inheriting a stale correct value.
+
+One job checks every variant of a task (`run_correctness_variants`; the workflow's rule
+`correctness_variants`): the model is built and every module loaded once, and each case's
+input and eager reference are computed once and compared with every variant's output. Each
+variant still gets its own record, the one `run_correctness` (that variant alone) writes. The
+compiled baselines share their cases the same way, in their own job (`run_baselines`).
 """
 
 from __future__ import annotations
@@ -337,7 +343,13 @@ def _repeat_calls(program: Callable, calls: int) -> Callable:
 
 
 class TaskChecks:
-    """The cases of one task model; `run(subject)` checks one implementation."""
+    """The cases of one task model, checked for one or several implementations at once.
+
+    `run_all(subjects)` computes each shared case's input and eager reference once and checks
+    every subject against it (full program, timing input, tail controls); the CUDA-graph part
+    (capture, replay after changing input and parameters) runs per subject. `run(subject)` is
+    `run_all` for one subject. A subject's result is the same whichever others share the run.
+    """
 
     def __init__(self, spec: TaskSpec, model, tail: Tail, request: dict, progress: Progress):
         self.spec = spec
@@ -370,36 +382,51 @@ class TaskChecks:
         )
         return record
 
-    def full_program(self, subject: Subject) -> list[dict]:
-        cases = []
+    def shared_case(
+        self,
+        reference: torch.Tensor,
+        program: str,
+        argument: torch.Tensor,
+        name: str,
+        group: str,
+        subjects: Sequence[Subject],
+        cases: dict[str, list[dict]],
+    ) -> None:
+        """Check each subject's `program` ("full" or "tail") on `argument` against `reference`."""
+        for subject in subjects:
+            candidate = getattr(subject, program)(argument)
+            cases[subject.name].append(self.case(reference, candidate, name, group, subject))
+            del candidate
+
+    def full_program(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
         for seed in self.request["seeds"]:
             for distribution in self.request["distributions"]:
                 checkpoint("correctness", f"seed{seed}/{distribution}")
                 x = self.input(distribution, seed)
-                cases.append(
-                    self.case(
-                        self.eager(x),
-                        subject.full(x),
-                        f"seed{seed}/{distribution}",
-                        "full_program",
-                        subject,
-                    )
+                reference = self.eager(x)
+                self.shared_case(
+                    reference,
+                    "full",
+                    x,
+                    f"seed{seed}/{distribution}",
+                    "full_program",
+                    subjects,
+                    cases,
                 )
-                del x
-        return cases
+                del x, reference
 
-    def timing_input(self, subject: Subject) -> list[dict]:
+    def timing_input(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
         seed = self.request["input_seed"]
         x = self.input("uniform", seed)
-        return [
-            self.case(
-                self.eager(x),
-                subject.full(x),
-                f"timing/seed{seed}/uniform",
-                "timing_input",
-                subject,
-            )
-        ]
+        self.shared_case(
+            self.eager(x),
+            "full",
+            x,
+            f"timing/seed{seed}/uniform",
+            "timing_input",
+            subjects,
+            cases,
+        )
 
     def control_tensors(self) -> dict[str, torch.Tensor]:
         y = self.linear_output(self.input("uniform", LINEAR_OUTPUT_SEED))
@@ -414,12 +441,10 @@ class TaskChecks:
                 controls["tail/bounds_minus_add"] = (controls["tail/bounds"] - add).contiguous()
         return controls
 
-    def tail_controls(self, subject: Subject) -> list[dict]:
-        cases = []
+    def tail_controls(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
         for name, y in self.control_tensors().items():
             reference = self.tail.reference(self.model, y)
-            cases.append(self.case(reference, subject.tail(y), name, "tail_control", subject))
-        return cases
+            self.shared_case(reference, "tail", y, name, "tail_control", subjects, cases)
 
     def _new_linear_parameters(self) -> dict[str, torch.Tensor]:
         # Uniform in +-1/sqrt(in_features), nn.Linear's own initialisation range.
@@ -471,22 +496,35 @@ class TaskChecks:
         replay.graph.replay()
         return self.case(self.eager(replay.x), replay.out, name, "graph_replay", subject)
 
+    def run_all(self, subjects: Sequence[Subject]) -> dict[str, dict]:
+        """subject name -> result (`assemble`), in the order of `subjects`."""
+        names = [subject.name for subject in subjects]
+        if not names:
+            raise KbfuseError(f"task {self.spec.task}: no implementation to check")
+        if len(set(names)) != len(names):
+            raise KbfuseError(f"task {self.spec.task}: implementation names repeat: {names}")
+        self.progress(f"checking {', '.join(names)} on task {self.spec.task}")
+        cases: dict[str, list[dict]] = {name: [] for name in names}
+        self.full_program(subjects, cases)
+        self.timing_input(subjects, cases)
+        self.tail_controls(subjects, cases)
+        torch.cuda.empty_cache()
+        results = {}
+        for subject in subjects:
+            replay_cases, capture = self.graph_replay(subject)
+            cases[subject.name] += replay_cases
+            torch.cuda.empty_cache()
+            result = assemble(cases[subject.name], capture)
+            self.progress(
+                f"{subject.name}: {'passed' if result['passed'] else 'FAILED'} "
+                f"({result['summary']['bit_identical_cases']}/{len(result['cases'])} cases "
+                f"bit-identical; failing: {result['failing_checks']})"
+            )
+            results[subject.name] = result
+        return results
+
     def run(self, subject: Subject) -> dict:
-        self.progress(f"checking {subject.name} on task {self.spec.task}")
-        cases = self.full_program(subject)
-        cases += self.timing_input(subject)
-        cases += self.tail_controls(subject)
-        torch.cuda.empty_cache()
-        replay_cases, capture = self.graph_replay(subject)
-        cases += replay_cases
-        torch.cuda.empty_cache()
-        result = assemble(cases, capture)
-        self.progress(
-            f"{subject.name}: {'passed' if result['passed'] else 'FAILED'} "
-            f"({result['summary']['bit_identical_cases']}/{len(cases)} cases bit-identical; "
-            f"failing: {result['failing_checks']})"
-        )
-        return result
+        return self.run_all([subject])[subject.name]
 
 
 def capture_graph(program: Callable, static_x: torch.Tensor, warm_calls: int):
@@ -560,41 +598,51 @@ def _shape(checks: TaskChecks) -> dict:
     }
 
 
-def run_correctness(
-    task: int,
-    variant: str,
-    artifact,
-    meta_path,
-    checkout,
-    pin_path,
-    seeds,
-    distributions,
-    tolerance,
-    input_seed: int,
-    out,
-    log=None,
-) -> dict:
-    """Check one compiled variant on one task; write results/correctness/{task}/{variant}.json."""
-    from kbfuse.launch import LoadedModule
-
-    progress = Progress(log)
-    request = check_request(seeds, distributions, tolerance, input_seed)
-    meta = read_json(meta_path)
-    if meta.get("variant") != variant:
+def _check_variant_request(variants: Any, outs: Any) -> list[str]:
+    """The variant names, in order, after checking `variants` and `outs` name the same ones."""
+    if not isinstance(variants, Mapping) or not variants:
         raise KbfuseError(
-            f"compile metadata {meta_path} is for variant {meta.get('variant')!r}, not {variant!r}"
+            f"variants must be a non-empty mapping name -> (artifact, meta), got {variants!r}"
         )
-    checks, numerics = _load(task, checkout, pin_path, request, progress)
-    mod = LoadedModule.load(artifact, meta)
-    progress(f"loaded {artifact} (variant {variant}, route {meta.get('route')})")
-    result = checks.run(variant_subject(variant, mod, checks.tail, checks.model))
-    record = {
+    if not isinstance(outs, Mapping):
+        raise KbfuseError(f"outs must be a mapping variant name -> output path, got {outs!r}")
+    names = [str(name) for name in variants]
+    missing = [name for name in names if name not in outs]
+    extra = [str(name) for name in outs if name not in variants]
+    if missing or extra:
+        raise KbfuseError(
+            f"variants and outs disagree: no output path for {missing}, "
+            f"an output path but no artifact for {extra}"
+        )
+    paths = [str(Path(outs[name])) for name in names]
+    if len(set(paths)) != len(paths):
+        shared = dict(zip(names, paths, strict=True))
+        raise KbfuseError(f"two variants share an output path: {shared}")
+    for name in names:
+        pair = variants[name]
+        if not isinstance(pair, Sequence) or isinstance(pair, str | bytes) or len(pair) != 2:
+            raise KbfuseError(f"variant {name!r}: expected (artifact, meta path), got {pair!r}")
+    return names
+
+
+def _variant_meta(name: str, meta_path) -> dict:
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("variant") != name:
+        found = meta.get("variant") if isinstance(meta, dict) else None
+        raise KbfuseError(f"compile metadata {meta_path} is for variant {found!r}, not {name!r}")
+    return meta
+
+
+def _variant_record(
+    task: int, name: str, meta: dict, checks: TaskChecks, request: dict, numerics, result
+) -> dict:
+    return {
         "kind": "correctness",
         "schema_version": SCHEMA_VERSION,
         "task": int(task),
-        "implementation": variant,
+        "implementation": name,
         "provenance": {
-            "variant": variant,
+            "variant": name,
             "kernel": meta.get("kernel"),
             "route": meta.get("route"),
             "actual_options": meta.get("actual_options"),
@@ -609,9 +657,96 @@ def run_correctness(
         **result,
         "cuda_cache": cudacache.current_setting(),
     }
-    write_json(out, record)
-    progress(f"wrote {out}")
-    return record
+
+
+def write_all(records: Mapping[Any, Any]) -> None:
+    """write_json every path -> record, only once all are computed; if one write fails, the
+    files already written are removed again, so a failure leaves no partial set behind."""
+    written: list[Path] = []
+    try:
+        for path, record in records.items():
+            write_json(path, record)
+            written.append(Path(path))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def run_correctness_variants(
+    task: int,
+    variants: Mapping[str, tuple],
+    outs: Mapping[str, Any],
+    checkout,
+    pin_path,
+    seeds,
+    distributions,
+    tolerance,
+    input_seed: int,
+    log=None,
+) -> dict[str, dict]:
+    """Check every compiled variant on one task in one process; write each variant's
+    results/correctness/{task}/{variant}.json (`outs[name]`).
+
+    `variants`: name -> (artifact, meta path), checked in this order. The model is built once,
+    every module loaded once, and each shared case's input and eager reference computed once
+    for all variants (TaskChecks.run_all); every record is what `run_correctness` for that
+    variant alone writes. The files are written only after every variant is checked.
+    """
+    from kbfuse.launch import LoadedModule
+
+    progress = Progress(log)
+    request = check_request(seeds, distributions, tolerance, input_seed)
+    names = _check_variant_request(variants, outs)
+    metas = {name: _variant_meta(name, variants[name][1]) for name in names}
+    checks, numerics = _load(task, checkout, pin_path, request, progress)
+    subjects = []
+    for name in names:
+        artifact = variants[name][0]
+        mod = LoadedModule.load(artifact, metas[name])
+        progress(f"loaded {artifact} (variant {name}, route {metas[name].get('route')})")
+        subjects.append(variant_subject(name, mod, checks.tail, checks.model))
+    results = checks.run_all(subjects)
+    records = {
+        name: _variant_record(task, name, metas[name], checks, request, numerics, results[name])
+        for name in names
+    }
+    write_all({outs[name]: records[name] for name in names})
+    for name in names:
+        progress(f"wrote {outs[name]}")
+    return records
+
+
+def run_correctness(
+    task: int,
+    variant: str,
+    artifact,
+    meta_path,
+    checkout,
+    pin_path,
+    seeds,
+    distributions,
+    tolerance,
+    input_seed: int,
+    out,
+    log=None,
+) -> dict:
+    """Check one compiled variant on one task; write results/correctness/{task}/{variant}.json.
+
+    `run_correctness_variants` for a single variant.
+    """
+    return run_correctness_variants(
+        task,
+        {variant: (artifact, meta_path)},
+        {variant: out},
+        checkout,
+        pin_path,
+        seeds,
+        distributions,
+        tolerance,
+        input_seed,
+        log,
+    )[variant]
 
 
 def run_baselines(
@@ -637,13 +772,13 @@ def run_baselines(
     checks, numerics = _load(task, checkout, pin_path, request, progress)
     x_example = checks.input("uniform", request["input_seed"])
     y_example = checks.linear_output(x_example)
-    results = {}
+    subjects = []
     for name in implementations:
         progress(f"building {name} for task {task}")
-        subject = baseline_subject(name, checks.model, checks.tail, x_example, y_example)
-        results[name] = checks.run(subject)
-        del subject
-        torch.cuda.empty_cache()
+        subjects.append(baseline_subject(name, checks.model, checks.tail, x_example, y_example))
+    results = checks.run_all(subjects)
+    del subjects
+    torch.cuda.empty_cache()
     record = {
         "kind": "correctness_baselines",
         "schema_version": SCHEMA_VERSION,

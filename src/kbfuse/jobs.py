@@ -23,20 +23,43 @@ class NoGPUError(KbfuseError):
     """A GPU stage was started on a machine where CUDA sees no device."""
 
 
-def require_gpu(stage: str) -> None:
-    import torch
+ADVICE = "Run it on a GPU machine, or build only the CPU part: snakemake --cores 1 cpu"
 
-    if not torch.cuda.is_available():
+
+def require_gpu(stage: str, torch: bool = True) -> None:
+    """NoGPUError unless the CUDA driver sees a GPU and (`torch`) torch can use it.
+
+    The driver is asked first, through ctypes (milliseconds): jobs that only need the driver
+    (NVRTC compiles for `arch: auto`) pass torch=False and never import torch.
+    """
+    from kbfuse import cudadriver
+
+    try:
+        count = cudadriver.device_count()
+        reason = "it reports 0 devices"
+    except cudadriver.CudaDriverError as exc:
+        count, reason = 0, str(exc)
+    if count == 0:
+        raise NoGPUError(
+            f"stage {stage!r} needs a CUDA GPU, but the CUDA driver sees none ({reason}). {ADVICE}"
+        )
+    if not torch:
+        return
+    import torch as torch_module
+
+    if not torch_module.cuda.is_available():
         raise NoGPUError(
             f"stage {stage!r} needs a CUDA GPU, but torch sees none "
-            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
-            "Run it on a GPU machine, or build only the CPU part: snakemake --cores 1 cpu"
+            f"(torch {torch_module.__version__}, built for CUDA {torch_module.version.cuda}). "
+            + ADVICE
         )
 
 
 @contextlib.contextmanager
-def job(log: str | Path, stage: str, gpu: bool = False) -> Iterator[dict]:
-    """Context for one workflow job; yields the CUDA cache record to store in its output."""
+def job(log: str | Path, stage: str, gpu: bool = False, torch: bool = True) -> Iterator[dict]:
+    """Context for one workflow job; yields the CUDA cache record to store in its output.
+
+    gpu: fail at once without a GPU; torch: whether the stage needs torch's CUDA too."""
     log_path = Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -54,7 +77,7 @@ def job(log: str | Path, stage: str, gpu: bool = False) -> Iterator[dict]:
             record = cudacache.isolate(scratch)
             logging.getLogger("kbfuse").info("stage %s; CUDA cache: %s", stage, record)
             if gpu:
-                require_gpu(stage)
+                require_gpu(stage, torch=torch)
             yield record
             checkpoint("job-end", stage)  # outputs written, Snakemake not yet told
         except Exception as exc:

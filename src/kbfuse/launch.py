@@ -2,9 +2,11 @@
 
 `LoadedModule.load` re-hashes the artifact against its compile metadata before CuPy loads
 it (`cupy.RawModule(path=...)`: cuModuleLoad, which takes a cubin or PTX; PTX is compiled by
-the driver). Launches go to `torch.cuda.current_stream()`, so they order with torch work and
-are captured by `torch.cuda.graph`: nothing here synchronises the host, and with `out`
-given nothing is allocated. Only the module and its function handles are kept between calls.
+the driver). The launch geometry is the one the kernel source declares (its kbfuse-launch
+line, recorded as `launch` in the compile metadata; kbfuse.kernelsrc). Launches go to
+`torch.cuda.current_stream()`, so they order with torch work and are captured by
+`torch.cuda.graph`: nothing here synchronises the host, and with `out` given nothing is
+allocated. Only the module and its function handles are kept between calls.
 
 cupy is imported inside functions, so this module imports on machines without a GPU.
 """
@@ -20,9 +22,9 @@ import torch
 
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file
+from kbfuse.kernelsrc import Launch, LaunchPlan, grid_blocks
 from kbfuse.tails import Tail, pointer
 
-THREADS_PER_BLOCK = 256
 MAX_GRID_X = 2**31 - 1
 KERNEL_NAMES = ("tail53", "tail81", "tail95", "witness_mul")
 
@@ -31,27 +33,48 @@ KERNEL_NAMES = ("tail53", "tail81", "tail95", "witness_mul")
 _loaded_digests: dict[str, str] = {}
 
 
-def grid_for(n: int, threads: int = THREADS_PER_BLOCK) -> int:
-    """Blocks for one element per thread; KbfuseError when n exceeds one grid dimension."""
-    if n <= 0:
-        raise KbfuseError(f"element count {n} must be positive")
-    blocks = (n + threads - 1) // threads
+def grid_for(n: int, launch: Launch, sm_count: int) -> int:
+    """Blocks for n elements under `launch`; KbfuseError when over one grid dimension."""
+    blocks = grid_blocks(launch, n, sm_count)
     if blocks > MAX_GRID_X:
         raise KbfuseError(
-            f"element count {n} needs {blocks} blocks of {threads}, over the grid limit "
+            f"element count {n} needs {blocks} blocks of {launch.threads}, over the grid limit "
             f"{MAX_GRID_X}"
         )
     return blocks
 
 
+def launch_of(meta: dict, artifact) -> LaunchPlan:
+    """The launch plan recorded in compile metadata; KbfuseError when absent or malformed."""
+    record = meta.get("launch")
+    try:
+        return LaunchPlan.from_record(record)
+    except (TypeError, KeyError, AttributeError):
+        raise KbfuseError(
+            f"compile metadata for {artifact} (variant {meta.get('variant')!r}) has no valid "
+            f"launch record (got {record!r}); recompile it with this version of kbfuse"
+        ) from None
+
+
 class LoadedModule:
     """A verified artifact loaded into the current CUDA device through CuPy."""
 
-    def __init__(self, artifact: Path, meta: dict, raw_module, functions: dict, device: int):
+    def __init__(
+        self,
+        artifact: Path,
+        meta: dict,
+        raw_module,
+        functions: dict,
+        device: int,
+        launch: LaunchPlan,
+        sm_count: int,
+    ):
         self.artifact = artifact
         self.meta = meta
         self.variant = meta.get("variant")
         self.device = device
+        self.launch_plan = launch
+        self.sm_count = sm_count
         self._raw_module = raw_module
         self._functions = functions
 
@@ -74,6 +97,7 @@ class LoadedModule:
                 f"artifact {artifact} has sha256 {actual}, but its compile metadata "
                 f"(variant {meta.get('variant')!r}) says artifact_sha256 {expected}"
             )
+        launch = launch_of(meta, artifact)
         key = str(artifact.resolve())
         if _loaded_digests.setdefault(key, actual) != actual:
             raise KbfuseError(
@@ -85,6 +109,7 @@ class LoadedModule:
         import cupy
 
         device = cupy.cuda.runtime.getDevice()
+        sm_count = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
         raw_module = cupy.RawModule(path=str(artifact))
         functions = {}
         for name in KERNEL_NAMES:
@@ -95,7 +120,7 @@ class LoadedModule:
                     f"artifact {artifact} (variant {meta.get('variant')!r}): kernel {name!r} "
                     f"cannot be loaded: {exc}"
                 ) from exc
-        return cls(artifact, meta, raw_module, functions, device)
+        return cls(artifact, meta, raw_module, functions, device, launch, sm_count)
 
     def function(self, name: str):
         """The cupy.RawKernel `name` (one of KERNEL_NAMES)."""
@@ -107,13 +132,15 @@ class LoadedModule:
             ) from None
 
     def launch(self, name: str, n: int, args: tuple, device: torch.device) -> None:
-        """One element per thread, THREADS_PER_BLOCK threads, on torch's current stream."""
+        """Kernel `name` over n elements, in the source's launch geometry, on torch's stream."""
         if device.index != self.device:
             raise KbfuseError(
                 f"tensors on {device}, but the module was loaded on cuda:{self.device}"
             )
         kernel = self.function(name)
-        kernel((grid_for(n),), (THREADS_PER_BLOCK,), args, stream=_current_cupy_stream(device))
+        geometry = self.launch_plan.for_kernel(name)
+        blocks = grid_for(n, geometry, self.sm_count)
+        kernel((blocks,), (geometry.threads,), args, stream=_current_cupy_stream(device))
 
 
 def _current_cupy_stream(device: torch.device):

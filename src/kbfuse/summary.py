@@ -360,10 +360,26 @@ def render_setting(record: Any) -> str:
     return "; ".join(f"{k}={record[k]}" for k in sorted(record))
 
 
-_CONTRACT_COLUMNS = _names("""variant route kernel requested_options actual_options implicit_options
-    compiler arch artifact_kind ptx_ftz_count sass_ftz_count sass_ftz_internal requested_ftz
-    expected_ftz effective_ftz mismatch finding artifact_sha256 cuda_cache_compile
+_CONTRACT_COLUMNS = _names("""variant route kernel launch requested_options actual_options
+    implicit_options compiler arch artifact_kind ptx_ftz_count sass_ftz_count sass_ftz_internal
+    requested_ftz expected_ftz effective_ftz mismatch finding artifact_sha256 cuda_cache_compile
     cuda_cache_verify""")
+
+
+def render_launch(record: Any) -> str:
+    """A compile record's launch plan in one line: the default, then per-kernel exceptions."""
+    if not isinstance(record, Mapping):
+        return ""
+
+    def one(launch: Mapping) -> str:
+        text = f"{launch['mode']} x{launch['threads']}"
+        if launch.get("blocks_per_sm"):
+            text += f" {launch['blocks_per_sm']}/SM"
+        return text
+
+    parts = [one(record["default"])]
+    parts += [f"{name}: {one(launch)}" for name, launch in record.get("per_kernel", {}).items()]
+    return "; ".join(parts)
 
 
 def compiler_contract_table(res: StudyResults) -> pd.DataFrame:
@@ -379,6 +395,7 @@ def compiler_contract_table(res: StudyResults) -> pd.DataFrame:
                 "variant": v,
                 "route": meta["route"],
                 "kernel": meta["kernel"],
+                "launch": render_launch(meta.get("launch")),
                 "requested_options": " ".join(meta["requested_options"]),
                 "actual_options": " ".join(meta["actual_options"]),
                 "implicit_options": " ".join(meta["implicit_options"]),
@@ -538,6 +555,34 @@ def tiny_values_table(res: StudyResults) -> pd.DataFrame:
     return _frame(rows, ["task", "variant", *_CASE_COLUMNS])
 
 
+def exhaustive_table(res: StudyResults) -> pd.DataFrame:
+    """Every float32 input through each variant's tail: how many outputs differ from eager."""
+    rows = []
+    for task, ctl in res.controls.items():
+        for v, rec in _ordered(ctl.get("exhaustive", {}), res.variants):
+            rows.append(
+                {
+                    "task": task,
+                    "variant": v,
+                    "kernel": res.compile_meta[v]["kernel"],
+                    "inputs": int(rec["inputs"]),
+                    "differ": int(rec["differ"]),
+                    "nan_payload_only": int(rec["nan_payload_only"]),
+                    "bit_identical": bool(rec["bit_identical"]),
+                    "first_difference": _first_difference(rec["examples"]),
+                }
+            )
+    cols = _names("task variant kernel inputs differ nan_payload_only bit_identical")
+    return _frame(rows, [*cols, "first_difference"])
+
+
+def _first_difference(examples: list[dict]) -> str:
+    if not examples:
+        return ""
+    first = examples[0]
+    return f"input {first['input']}: eager {first['eager']}, kernel {first['kernel']}"
+
+
 TAIL_CONTROLS = "tail controls"
 
 
@@ -683,6 +728,7 @@ _BUILDERS = {
     "small_shapes": small_shapes_table,
     "ftz_cost": ftz_cost_table,
     "tiny_values": tiny_values_table,
+    "exhaustive": exhaustive_table,
     "control_bit_equality": control_bit_equality_table,
     "witness81": witness81_table,
     "margin_audit": margin_audit_table,

@@ -21,6 +21,7 @@ TABLES: dict[str, str] = {
     "small_shapes": "the small-shape timings per task",
     "ftz_cost": "paired FTZ-on over FTZ-off cost per task and route",
     "tiny_values": "tiny-value control cases per task x variant",
+    "exhaustive": "every float32 input per task x variant: outputs whose bits differ from eager",
     "control_bit_equality": "bit-equal elements per variant x control set (the plot's data)",
     "witness81": "the minimal task-81 witness per variant and input",
     "margin_audit": "official vs historical error ratios of every audited record",

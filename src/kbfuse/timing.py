@@ -515,6 +515,7 @@ def run_timing(
             "pin_commit": spec.pin_commit,
             "task_sha256": spec.sha256,
             "artifacts": {v: metas[v]["artifact_sha256"] for v in eligible},
+            "kernels": {v: metas[v]["kernel"] for v in eligible},
         },
         "protocol": protocol,
         "shape": {

@@ -8,6 +8,10 @@ at -88 and -87.5 (where sigmoid is subnormal) is compared bit for bit with the p
 model's eager tail. Requested, expected and effective FTZ are recorded side by side, and
 any disagreement becomes a `finding` sentence rather than being ignored.
 
+One job measures every variant (`verify_variants`; the workflow's rule `verify_variants`):
+each artifact is loaded as its own module in the same process, the task-81 model and its eager
+reference are built once, and each variant still gets its own results/verify/{variant}.json.
+
 The workflow script calls `kbfuse.cudacache.isolate` before this module touches CUDA.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -143,32 +148,86 @@ def measure_witness(mod: LoadedModule) -> tuple[dict, bool]:
     return record, flushed
 
 
+class Task81Witness:
+    """The pinned task-81 model, its tail and the eager reference at TASK81_INPUTS: built once,
+    then `measure(mod)` runs each variant's kernel tail on the same input."""
+
+    def __init__(self, checkout: Path, pin: dict, device: torch.device):
+        spec = load_task(checkout, pin, 81)
+        self.device = device
+        self.model = build_model(spec, TASK81_SEED, device=device)
+        self.tail = tail_for(81)
+        self.y = torch.tensor([TASK81_INPUTS], dtype=torch.float32, device=device)
+        self.reference = self.tail.reference(self.model, self.y)
+        torch.cuda.synchronize(device)
+
+    def measure(self, mod: LoadedModule) -> list[dict]:
+        """The task-81 tail of `mod` at TASK81_INPUTS against the eager tail, bitwise."""
+        out = torch.full_like(self.y, math.nan)
+        run_tail(mod, self.tail, self.model, self.y, out=out)
+        torch.cuda.synchronize(self.device)
+        records = []
+        for i, value in enumerate(TASK81_INPUTS):
+            output, ref = _float32_value(out[0, i]), _float32_value(self.reference[0, i])
+            output_bits = f32_bits_hex(out[0, i])
+            reference_bits = f32_bits_hex(self.reference[0, i])
+            records.append(
+                {
+                    "input": value,
+                    "output": output,
+                    "output_bits": output_bits,
+                    "reference": ref,
+                    "reference_bits": reference_bits,
+                    "bit_equal": output_bits == reference_bits,
+                }
+            )
+        return records
+
+
 def measure_task81(mod: LoadedModule, checkout: Path, pin: dict) -> list[dict]:
     """The task-81 tail at TASK81_INPUTS against the pinned model's eager tail, bitwise."""
-    spec = load_task(checkout, pin, 81)
-    device = torch.device("cuda", mod.device)
-    model = build_model(spec, TASK81_SEED, device=device)
-    tail = tail_for(81)
-    y = torch.tensor([TASK81_INPUTS], dtype=torch.float32, device=device)
-    out = torch.full_like(y, math.nan)
-    run_tail(mod, tail, model, y, out=out)
-    reference = tail.reference(model, y)
-    torch.cuda.synchronize(device)
-    records = []
-    for i, value in enumerate(TASK81_INPUTS):
-        output, ref = _float32_value(out[0, i]), _float32_value(reference[0, i])
-        output_bits, reference_bits = f32_bits_hex(out[0, i]), f32_bits_hex(reference[0, i])
-        records.append(
-            {
-                "input": value,
-                "output": output,
-                "output_bits": output_bits,
-                "reference": ref,
-                "reference_bits": reference_bits,
-                "bit_equal": output_bits == reference_bits,
-            }
-        )
-    return records
+    return Task81Witness(checkout, pin, torch.device("cuda", mod.device)).measure(mod)
+
+
+def verify_variants(
+    variants: Mapping[str, tuple],
+    checkout: str | os.PathLike,
+    pin_path: str | os.PathLike | None,
+    outs: Mapping[str, str | os.PathLike],
+    log: str | os.PathLike | None = None,
+) -> dict[str, dict]:
+    """Measure every artifact's effective FTZ in one process; write results/verify/{name}.json.
+
+    `variants`: name -> (artifact, compile meta path), measured in this order; `outs`: name ->
+    output path. Every metadata file is checked before CUDA is touched, the task-81 model and
+    its eager reference are built once, and the files are written only after every variant is
+    measured (a failure leaves none of them). Each record is what `verify_variant` for that
+    artifact alone writes. `pin_path` is a pin record holding task 81, or None when the study
+    has no task 81 (each record then has an empty `task81` and says why in `task81_note`).
+    Progress goes to the "kbfuse.verify" logger and, when `log` is given, to that file as well.
+    """
+    lines = _Progress()
+    try:
+        names = _check_variants(variants, outs)
+        metas = {name: _checked_meta(Path(variants[name][1]), name) for name in names}
+        pin = read_pin(pin_path) if pin_path is not None else None
+        witness81: list[Task81Witness] = []  # built with the first loaded module
+        records = {}
+        for name in names:
+            artifact = Path(variants[name][0])
+            records[name] = _verify(
+                artifact, metas[name], Path(checkout), pin, pin_path, lines, witness81
+            )
+        write_all({outs[name]: records[name] for name in names})
+        for name in names:
+            lines.append(f"wrote {outs[name]}")
+        return records
+    except Exception as exc:
+        lines.append(f"failed: {exc}")
+        raise
+    finally:
+        if log is not None:
+            write_text(log, "\n".join(lines) + "\n")
 
 
 def verify_variant(
@@ -179,24 +238,49 @@ def verify_variant(
     out: str | os.PathLike,
     log: str | os.PathLike | None = None,
 ) -> dict:
-    """Measure the artifact's effective FTZ and write results/verify/{variant}.json.
+    """Measure one artifact's effective FTZ and write results/verify/{variant}.json
+    (`verify_variants` for that artifact alone; the variant is the one its metadata names)."""
+    name = _meta_variant(meta_path)
+    records = verify_variants({name: (artifact, meta_path)}, checkout, pin_path, {name: out}, log)
+    return records[name]
 
-    `pin_path` is a pin record holding task 81, or None when the study has no task 81 (the
-    record then has an empty `task81` and says why in `task81_note`). Progress goes to the
-    "kbfuse.verify" logger and, when `log` is given, to that file as well.
-    """
-    lines = _Progress()
+
+def write_all(records: Mapping) -> None:
+    """write_json every path -> record; if one write fails, the files already written are
+    removed again, so a failure leaves no partial set behind."""
+    written: list[Path] = []
     try:
-        record = _verify(Path(artifact), Path(meta_path), Path(checkout), pin_path, lines)
-        write_json(out, record)
-        lines.append(f"wrote {out}")
-        return record
-    except Exception as exc:
-        lines.append(f"failed: {exc}")
+        for path, record in records.items():
+            write_json(path, record)
+            written.append(Path(path))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
         raise
-    finally:
-        if log is not None:
-            write_text(log, "\n".join(lines) + "\n")
+
+
+def _meta_variant(meta_path) -> str | None:
+    """The variant a metadata file names, or None (verify_variants then says what is wrong)."""
+    try:
+        meta = read_json(meta_path)
+    except (OSError, ValueError):
+        return None
+    return meta.get("variant") if isinstance(meta, dict) else None
+
+
+def _check_variants(variants, outs) -> list:
+    if not isinstance(variants, Mapping) or not variants:
+        raise KbfuseError(
+            f"variants must be a non-empty mapping name -> (artifact, meta), got {variants!r}"
+        )
+    if not isinstance(outs, Mapping) or set(outs) != set(variants):
+        raise KbfuseError(
+            f"outs must map exactly the variants {list(variants)} to output paths, got {outs!r}"
+        )
+    paths = [str(Path(outs[name])) for name in variants]
+    if len(set(paths)) != len(paths):
+        raise KbfuseError(f"two variants share an output path: {paths}")
+    return list(variants)
 
 
 class _Progress(list):
@@ -207,14 +291,23 @@ class _Progress(list):
         super().append(line)
 
 
-def _verify(artifact: Path, meta_path: Path, checkout: Path, pin_path, lines) -> dict:
+def _checked_meta(meta_path: Path, name) -> dict:
     meta = read_json(meta_path)
     if not isinstance(meta, dict) or meta.get("kind") != "compile":
         raise KbfuseError(f"compile metadata {meta_path} is not a compile record (kind 'compile')")
     missing = [key for key in REQUIRED_META_KEYS if key not in meta]
     if missing:
         raise KbfuseError(f"compile metadata {meta_path} lacks key(s) {missing}")
-    pin = read_pin(pin_path) if pin_path is not None else None
+    if meta["variant"] != name:
+        raise KbfuseError(
+            f"compile metadata {meta_path} is for variant {meta['variant']!r}, not {name!r}"
+        )
+    return meta
+
+
+def _verify(
+    artifact: Path, meta: dict, checkout: Path, pin, pin_path, lines, witness81: list
+) -> dict:
     requested = requested_ftz(meta["requested_options"])
     expected = bool(meta["expected_ftz"])
     cache_setting = cudacache.current_setting()
@@ -229,7 +322,9 @@ def _verify(artifact: Path, meta_path: Path, checkout: Path, pin_path, lines) ->
     )
 
     if pin is not None and "81" in pin["tasks"]:
-        task81 = measure_task81(mod, checkout, pin)
+        if not witness81:
+            witness81.append(Task81Witness(checkout, pin, torch.device("cuda", mod.device)))
+        task81 = witness81[0].measure(mod)
         task81_note = None
         for r in task81:
             lines.append(

@@ -2,6 +2,7 @@
 // compile_variant with NVRTC's own error log (the missing ';' after `scale` below), leave no
 // artifact or metadata, and never start a job that depends on the compile.
 // Same extern "C" names as kernels/naive.cu, so only the syntax error can fail it.
+// kbfuse-launch: per-element threads=256
 
 extern "C" __global__ void tail53(const float* x, float* out, long long n, float scale,
                                   float lo, float hi) {

@@ -5,6 +5,7 @@
 //   tail53 skips `x * scaling_factor`, tail81 skips `x / 2.0`, tail95 skips `+ add_value`.
 // Correctness must fail it, and timing must then never load or launch it.
 // witness_mul is the correct FTZ witness (out = x * s).
+// kbfuse-launch: per-element threads=256
 
 __device__ __forceinline__ float clamp_scalar(float v, float lo, float hi) {
     if (isnan(v)) {

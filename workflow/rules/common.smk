@@ -1,6 +1,7 @@
 from kbfuse.config import check_config
 from kbfuse.config import variant_spec as _variant_spec
 from kbfuse.deps import module_files
+from kbfuse.kernelsrc import included_headers
 from kbfuse.routes import ROUTES
 from kbfuse.summary_layout import caption_name, summary_inputs, summary_outputs
 
@@ -22,6 +23,11 @@ def variant_spec(wildcards):
 
 def variant_source(wildcards):
     return f"kernels/{_variant_spec(config, wildcards.variant)['kernel']}.cu"
+
+
+def variant_headers(wildcards):
+    """The headers the variant's kernel source includes: editing one recompiles it."""
+    return [str(path) for path in included_headers(variant_source(wildcards))]
 
 
 def compiles_without_gpu(variant):
@@ -66,6 +72,15 @@ def correctness_files(task):
     return {v: f"results/correctness/{task}/{v}.json" for v in VARIANTS}
 
 
+def verify_files():
+    return [f"results/verify/{v}.json" for v in VARIANTS]
+
+
+def outputs_by_variant(wildcards, output):
+    """variant -> output path, for the jobs that write one file per variant (in VARIANTS order)."""
+    return dict(zip(VARIANTS, output, strict=True))
+
+
 def task_inputs(wildcards):
     return {
         "checkout": "results/kernelbench/checkout",
@@ -74,7 +89,7 @@ def task_inputs(wildcards):
 
 
 def gpu_results():
-    files = expand("results/verify/{variant}.json", variant=VARIANTS)
+    files = verify_files()
     files += ["results/env/fingerprint.json"]
     if 81 in TASKS:
         files += ["results/controls/witness81.json"]

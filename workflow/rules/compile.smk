@@ -1,6 +1,7 @@
 rule compile_variant:
     input:
         source=variant_source,
+        headers=variant_headers,
         code=module_files("compile"),
     output:
         artifact="results/compile/{variant}/tails.bin",

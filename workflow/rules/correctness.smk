@@ -1,26 +1,27 @@
-rule correctness_variant:
+rule correctness_variants:
     input:
         unpack(task_inputs),
-        artifact="results/compile/{variant}/tails.bin",
-        meta="results/compile/{variant}/meta.json",
+        artifacts=artifact_files(),
         code=module_files("correctness"),
     output:
-        "results/correctness/{task}/{variant}.json",
+        expand("results/correctness/{{task}}/{variant}.json", variant=VARIANTS),
     log:
-        "results/logs/correctness/{task}/{variant}.log",
+        "results/logs/correctness/{task}/variants.log",
     benchmark:
-        "results/benchmarks/correctness/{task}/{variant}.tsv"
+        "results/benchmarks/correctness/{task}/variants.tsv"
     conda:
         ENV
     resources:
         gpu=1,
     params:
+        artifacts=variant_artifacts,
+        outputs=outputs_by_variant,
         seeds=config["seeds"],
         distributions=config["distributions"],
         tolerance=config["tolerance"],
         input_seed=config["timing"]["input_seed"],
     script:
-        "../scripts/correctness_variant.py"
+        "../scripts/correctness_variants.py"
 
 
 rule correctness_baselines:

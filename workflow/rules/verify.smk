@@ -1,19 +1,21 @@
-rule verify_variant:
+rule verify_variants:
     input:
-        artifact="results/compile/{variant}/tails.bin",
-        meta="results/compile/{variant}/meta.json",
+        artifacts=artifact_files(),
         checkout="results/kernelbench/checkout",
         pins=witness_pins(),
         code=module_files("verify"),
     output:
-        "results/verify/{variant}.json",
+        verify_files(),
     log:
-        "results/logs/verify/{variant}.log",
+        "results/logs/verify/variants.log",
     benchmark:
-        "results/benchmarks/verify/{variant}.tsv"
+        "results/benchmarks/verify/variants.tsv"
     conda:
         ENV
     resources:
         gpu=1,
+    params:
+        artifacts=variant_artifacts,
+        outputs=outputs_by_variant,
     script:
-        "../scripts/verify_variant.py"
+        "../scripts/verify_variants.py"

@@ -1,6 +1,7 @@
 from kbfuse.jobs import job
 
-with job(snakemake.log[0], "compile", gpu=bool(snakemake.resources.gpu)):
+# The compile needs the GPU only to read its architecture (arch: auto), through the driver.
+with job(snakemake.log[0], "compile", gpu=bool(snakemake.resources.gpu), torch=False):
     from kbfuse.compile import compile_variant
 
     compile_variant(

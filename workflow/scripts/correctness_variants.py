@@ -1,0 +1,17 @@
+from kbfuse.jobs import job
+
+with job(snakemake.log[0], "correctness", gpu=True):
+    from kbfuse.correctness import run_correctness_variants
+
+    run_correctness_variants(
+        task=int(snakemake.wildcards.task),
+        variants=snakemake.params.artifacts,
+        outs=snakemake.params.outputs,
+        checkout=snakemake.input.checkout,
+        pin_path=snakemake.input.pin,
+        seeds=snakemake.params.seeds,
+        distributions=snakemake.params.distributions,
+        tolerance=snakemake.params.tolerance,
+        input_seed=snakemake.params.input_seed,
+        log=None,
+    )

@@ -38,7 +38,7 @@ if [ "$what" != tests ]; then
     --markdown "$OUT/tail_roofline.md" 2>&1 | tee "$OUT/benchmarks.log"
   python3 benchmarks/dryrun_overhead.py -n 5 --study-dir . -- --config "$kb" 2>&1 \
     | tee -a "$OUT/benchmarks.log"
-  timeout 150 python3 benchmarks/gpu_job_startup.py --checkout results/kernelbench/checkout \
+  timeout 330 python3 benchmarks/gpu_job_startup.py --checkout results/kernelbench/checkout \
     --pin results/kernelbench/tasks/53.json --task 53 --repeats 3 \
     --json "$OUT/gpu_job_startup.json" --markdown "$OUT/gpu_job_startup.md" 2>&1 \
     | tail -n 30 | tee -a "$OUT/benchmarks.log"

@@ -112,3 +112,24 @@ def compile_in_child(out: Path, source, variant: str, spec: dict, arch: str = "a
     )
     assert proc.returncode == 0, f"compiling {variant} failed:\n{proc.stdout}\n{proc.stderr}"
     return out / "tails.bin", out / "meta.json"
+
+
+@pytest.fixture(scope="module")
+def isolated_process(tmp_path_factory):
+    """Isolate this process's CUDA caches once, before its first compile, as every workflow job
+    does: with a driver present, NVRTC's cubins pass through the CUDA compute cache, whose key
+    ignores --ftz (DESIGN.md). For modules that compile in-process (`pytestmark =
+    pytest.mark.usefixtures("isolated_process")`); the environment is restored at the end of
+    the module."""
+    from kbfuse import cudacache
+    from kbfuse.errors import KbfuseError
+
+    saved = dict(os.environ)
+    if not cudacache.current_setting()["isolated"]:
+        try:
+            cudacache.isolate(tmp_path_factory.mktemp("cudacache"))
+        except KbfuseError as exc:
+            pytest.skip(f"run this module in a process of its own: {exc}")
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

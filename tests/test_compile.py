@@ -59,20 +59,7 @@ ISOLATED = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def isolated_process(tmp_path_factory):
-    """Isolate this process's CUDA caches once, before its first compile, as every workflow job
-    does: with a driver present, NVRTC's cubins pass through the CUDA compute cache, whose key
-    ignores --ftz (DESIGN.md). The environment is restored at the end of the module."""
-    saved = dict(os.environ)
-    if not cudacache.current_setting()["isolated"]:
-        try:
-            cudacache.isolate(tmp_path_factory.mktemp("cudacache"))
-        except KbfuseError as exc:
-            pytest.skip(f"run tests/test_compile.py in a process of its own: {exc}")
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+pytestmark = pytest.mark.usefixtures("isolated_process")  # tests/conftest.py
 
 
 def run_compile(tmp_path, source, route, options, arch="sm_90", variant="v", kernel="probe"):

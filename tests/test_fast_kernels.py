@@ -9,32 +9,20 @@ sm_90 (pip wheels; no GPU needed). That the bits equal eager's is the GPU tests'
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from kbfuse import cudacache, disasm, kernelsrc
+from kbfuse import disasm, kernelsrc
 from kbfuse.compile import compile_variant
-from kbfuse.errors import KbfuseError
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = ["--std=c++11", "--fmad=false", "--ftz=false"]
 TAILS = ("tail53", "tail81", "tail95")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def isolated_process(tmp_path_factory):
-    saved = dict(os.environ)
-    if not cudacache.current_setting()["isolated"]:
-        try:
-            cudacache.isolate(tmp_path_factory.mktemp("cudacache"))
-        except KbfuseError as exc:
-            pytest.skip(f"run tests/test_fast_kernels.py in a process of its own: {exc}")
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+pytestmark = pytest.mark.usefixtures("isolated_process")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -46,16 +46,13 @@ def timing_tasks(results: str | Path) -> list[int]:
 
 
 def _read(path: Path, kind: str, hint: str) -> dict:
+    """The summary's own reader (JSON object, kind, schema version), with a hint when the
+    file is missing."""
+    from kbfuse.summary import _read_result
+
     if not path.is_file():
         raise KbfuseError(f"{path} is missing ({hint})")
-    try:
-        data = read_json(path)
-    except ValueError as exc:
-        raise KbfuseError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict) or data.get("kind") != kind:
-        found = data.get("kind") if isinstance(data, dict) else type(data).__name__
-        raise KbfuseError(f"{path}: field kind is {found!r}, expected {kind!r}")
-    return data
+    return _read_result(path, kind)
 
 
 def read_timing(results: str | Path, task: int) -> dict:
@@ -66,11 +63,8 @@ def read_timing(results: str | Path, task: int) -> dict:
     return timing
 
 
-def copy_bandwidth(results: str | Path, timing: Mapping, task: int) -> tuple[dict, Path]:
-    """(a record holding `copy_bandwidth`, its file): the timing file's own when it records
-    one, else the environment fingerprint's."""
-    if isinstance(timing.get("copy_bandwidth"), Mapping):
-        return {"copy_bandwidth": timing["copy_bandwidth"]}, timing_path(results, task)
+def read_fingerprint(results: str | Path) -> tuple[dict, Path]:
+    """(the environment fingerprint, its file): it holds the measured copy bandwidth."""
     path = Path(results) / FINGERPRINT
     hint = "the copy floor needs the measured bandwidth: snakemake results/env/fingerprint.json"
     return _read(path, "env", hint), path
@@ -114,7 +108,7 @@ def task_rows(
 
     target_kernels = tuple(target_kernels)
     timing = read_timing(results, task)
-    fingerprint, bw_path = copy_bandwidth(results, timing, task)
+    fingerprint, bw_path = read_fingerprint(results)
     res = summary.StudyResults(
         config={},
         root=Path(results),

@@ -340,23 +340,31 @@ def cpu_checks(pinned, task: int) -> correctness.TaskChecks:
     return correctness.TaskChecks(spec, model, tail_for(task), request, correctness.Progress(None))
 
 
-def cpu_subject(name: str, checks: correctness.TaskChecks, scale: float) -> correctness.Subject:
-    """The eager model (scale 1: bit-identical) or its output scaled (off by a factor)."""
-    model, tail = checks.model, tail_for(checks.spec.task)
+def cpu_maker(name: str, tail, scale: float):
+    """model -> the eager model (scale 1: bit-identical) or its output scaled (off by a
+    factor), as a SubjectMaker."""
 
-    def full(x):
-        with torch.no_grad():
-            return model(x) * scale
+    def make(model) -> correctness.Subject:
+        def full(x):
+            with torch.no_grad():
+                return model(x) * scale
 
-    def tail_only(y):
-        return tail.reference(model, y) * scale
+        def tail_only(y):
+            return tail.reference(model, y) * scale
 
-    return correctness.Subject(name=name, full=full, tail=tail_only, capture=model)
+        return correctness.Subject(name=name, full=full, tail=tail_only, capture=model)
+
+    return make
 
 
-def shared_cases(checks, subjects) -> dict[str, list[dict]]:
-    cases = {subject.name: [] for subject in subjects}
-    checks.full_program(subjects, cases)
+def cpu_subject(name: str, checks: correctness.TaskChecks, scale: float):
+    return cpu_maker(name, tail_for(checks.spec.task), scale)
+
+
+def shared_cases(checks, makers) -> dict[str, list[dict]]:
+    cases = {make(checks.model).name: [] for make in makers}
+    checks.full_program(makers, cases)
+    subjects = [make(checks.model) for make in makers]
     checks.timing_input(subjects, cases)
     checks.tail_controls(subjects, cases)
     return cases
@@ -382,17 +390,17 @@ def test_shared_cases_compute_each_reference_once_and_match_single_runs(pinned, 
     subjects = [cpu_subject("same", checks, 1.0), cpu_subject("off", checks, 1.5)]
     eager_calls = []
     eager = checks.eager
-    checks.eager = lambda x: eager_calls.append(x.shape) or eager(x)
+    checks.eager = lambda x, model=None: eager_calls.append(x.shape) or eager(x, model)
     checks.tail = CountingTail(checks.tail)
     together = shared_cases(checks, subjects)
     n_full = len(SEEDS) * len(DISTRIBUTIONS)
     n_controls = 6 if task == 95 else 5
     # one eager reference per input and one tail reference per control, for both subjects
     assert len(eager_calls) == n_full + 1 and checks.tail.calls == n_controls
-    alone = {s.name: shared_cases(checks, [s]) for s in subjects}
+    alone = {name: shared_cases(checks, [s]) for name, s in zip(together, subjects, strict=True)}
     assert len(eager_calls) == 3 * (n_full + 1) and checks.tail.calls == 3 * n_controls
-    for subject in subjects:
-        assert together[subject.name] == alone[subject.name][subject.name]
+    for name in together:
+        assert together[name] == alone[name][name]
     names = [case["name"] for case in together["same"]]
     assert len(names) == n_full + 1 + n_controls
     assert names[:n_full] == [f"seed{s}/{d}" for s in SEEDS for d in DISTRIBUTIONS]
@@ -402,6 +410,38 @@ def test_shared_cases_compute_each_reference_once_and_match_single_runs(pinned, 
     ]
     assert all(c["bit_equal"] == c["elements"] for c in together["same"])
     assert not any(c["bit_equal"] == c["elements"] for c in together["off"][:n_full])
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_seed_checks_its_own_model_as_the_study_did(pinned, task):
+    """Seeds x distributions: each seed builds the model right after seeding (its own weights),
+    the subjects are built on that model, and the record names every model by its weights."""
+    from kbfuse.weights import weights_sha256
+
+    checks = cpu_checks(pinned, task)
+    seen = []
+
+    def recording_maker(model):
+        seen.append(weights_sha256(model))
+        return cpu_maker("same", tail_for(task), 1.0)(model)
+
+    cases = {"same": []}
+    weights = checks.full_program([recording_maker], cases)
+    assert list(weights) == [str(seed) for seed in SEEDS]
+    assert len(set(weights.values())) == len(SEEDS)  # 5 weight sets
+    assert seen == list(weights.values())
+    spec = checks.spec
+    for seed in SEEDS:
+        assert weights[str(seed)] == weights_sha256(build_model(spec, seed=seed, device="cpu"))
+    assert weights_sha256(checks.model) not in weights.values()  # the timing seed's model
+    # bit-identical to eager on each seed's own model, every case
+    assert all(case["bit_equal"] == case["elements"] for case in cases["same"])
+    # an implementation bound to the timing seed's weights fails the other seeds' cases
+    stale = {"stale": []}
+    checks.full_program(
+        [lambda model: cpu_maker("stale", tail_for(task), 1.0)(checks.model)], stale
+    )
+    assert not all(case["bit_equal"] == case["elements"] for case in stale["stale"])
 
 
 @pytest.fixture
@@ -472,7 +512,9 @@ def test_variants_stage_on_a_cpu_stand_in_matches_single_variant_runs(cpu_stage,
     outs = {name: tmp_path / "together" / f"{name}.json" for name in variants}
     log = tmp_path / "together.log"
     records = run_correctness_variants(task, variants, outs, log=log, **request)
-    assert builds == [(task, INPUT_SEED, "cuda")] and loads == list(variants)
+    # the timing seed's model, then one per correctness seed (on the device of the first)
+    assert builds == [(task, INPUT_SEED, "cuda")] + [(task, s, "cpu") for s in SEEDS]
+    assert loads == list(variants)
     assert list(records) == list(variants)
     for name, (artifact, meta) in variants.items():
         alone = tmp_path / "alone" / f"{name}.json"
@@ -480,8 +522,10 @@ def test_variants_stage_on_a_cpu_stand_in_matches_single_variant_runs(cpu_stage,
         assert single == records[name]
         assert outs[name].read_bytes() == alone.read_bytes(), name
         assert read_json(outs[name]) == json.loads(json.dumps(jsonable(records[name])))
-    assert len(builds) == 1 + len(variants)  # one model for the whole job, one per single run
+    # one set of models for the whole job, one more set per single run
+    assert len(builds) == (1 + len(SEEDS)) * (1 + len(variants))
     exact, scaled = records["exact"], records["scaled"]
+    assert len(set(exact["weights_sha256"].values())) == len(SEEDS) + 1
     assert exact["kind"] == "correctness" and exact["implementation"] == "exact"
     assert exact["provenance"]["variant"] == "exact"
     assert exact["provenance"]["artifact_sha256"] == "exact" * 4

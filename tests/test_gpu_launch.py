@@ -344,6 +344,7 @@ def test_exhaustive_control_on_every_float32_input(gpu_env, task):
     for name in ("cubin-noftz", "fast-noftz"):
         assert result[name]["inputs"] == 2**32
         assert result[name]["differ"] == 0 and result[name]["nan_payload_only"] == 0
+        assert result[name]["unwritten"] == 0
         assert result[name]["bit_identical"] and result[name]["examples"] == []
     flushed = result["cubin-ftz"]
     assert flushed["differ"] > 0 and not flushed["bit_identical"]

@@ -21,8 +21,8 @@ from kbrepo import BATCH, IN_FEATURES, OUT_FEATURES
 
 from kbfuse import launch
 from kbfuse.controls import run_controls, run_witness81
-from kbfuse.correctness import run_correctness
-from kbfuse.io import jsonable, read_json
+from kbfuse.correctness import run_baselines, run_correctness
+from kbfuse.io import jsonable, read_json, write_json
 from kbfuse.kernelbench import pin_kernelbench
 from kbfuse.numerics import CASE_RECORD_KEYS
 from kbfuse.timing import MEASUREMENT_KEYS, run_timing
@@ -57,7 +57,7 @@ CONTROLS = {
     "ftz_cost": {"rounds": 3, "replays_per_pair": 2},
     "witness81_inputs": [-88.0, -87.5],
 }
-# DESIGN.md: PyTorch's task-81 tail at -88 (a subnormal sigmoid on the way); flushed: -0.0.
+# The study's witness: PyTorch's task-81 tail at -88 (a subnormal sigmoid on the way); flushed: -0.0.
 EAGER_81_AT_MINUS_88 = -2.6640246534862188e-37
 
 
@@ -88,7 +88,19 @@ def study(tmp_path_factory, kb_repo):
             log=root / "correctness" / f"{name}.log",
         )
     records = {name: read_json(path) for name, path in correctness.items()}
+    baselines_record = root / "correctness" / "baselines.json"
+    run_baselines(
+        task=TASK,
+        checkout=checkout,
+        pin_path=pin,
+        seeds=[0],
+        distributions=["uniform"],
+        tolerance=TOLERANCE,
+        input_seed=PROTOCOL["input_seed"],
+        out=baselines_record,
+    )
     return {
+        "baselines_record": baselines_record,
         "root": root,
         "checkout": checkout,
         "pin": pin,
@@ -121,6 +133,7 @@ def timing_run(study):
             task=TASK,
             variants=study["variants"],
             correctness=study["correctness"],
+            baselines_record=study["baselines_record"],
             checkout=study["checkout"],
             pin_path=study["pin"],
             baselines=BASELINES,
@@ -134,7 +147,7 @@ def timing_run(study):
 def test_correctness_fails_the_wrong_kernel_only(study):
     records = study["records"]
     assert records["good"]["passed"] is True and records["good"]["failing_checks"] == []
-    # DESIGN.md: flushed subnormals stay within atol = rtol = 1e-4, so FTZ passes the gate
+    # flushed subnormals stay within atol = rtol = 1e-4, so FTZ passes the gate
     assert records["flush"]["passed"] is True
     assert records["wrong"]["passed"] is False
     assert records["wrong"]["failing_checks"]  # the cases it failed, by name
@@ -178,8 +191,13 @@ def test_timing_result_has_all_scopes_with_positive_medians(study, timing_run):
     assert set(result["measurements"]) == set(MEASUREMENT_KEYS)
     for key in MEASUREMENT_KEYS:
         assert list(result["measurements"][key]) == result["timed"]
+        width = len(result["timed"])
         for entry in result["measurements"][key].values():
             assert len(entry["samples_ms"]) == PROTOCOL["rounds"]
+            assert len(entry["positions"]) == PROTOCOL["rounds"]
+            assert all(0 <= p < width for p in entry["positions"])
+            # balanced orders: 3 rounds of 5 implementations, never first twice
+            assert entry["positions"].count(0) <= 1
             assert all(s > 0 for s in entry["samples_ms"])
             assert 0 < entry["q1_ms"] <= entry["median_ms"] <= entry["q3_ms"]
         assert set(result["ratios"][key]) == set(eligible)
@@ -192,6 +210,33 @@ def test_timing_result_has_all_scopes_with_positive_medians(study, timing_run):
             assert best["baseline"] == min(medians, key=medians.get)
             assert best["median"] == ratios[f"vs_{best['baseline']}"]["median"] > 0
     assert result["cuda_cache"].keys() >= {"CUDA_CACHE_DISABLE", "isolated"}
+    assert result["numerics"]["cuda_matmul_allow_tf32"] is False
+    assert result["numerics"]["cudnn_allow_tf32"] is False
+    assert len(result["provenance"]["weights_sha256"]) == 64
+
+
+def test_a_failing_baseline_is_not_timed(study, tmp_path):
+    record = read_json(study["baselines_record"])
+    record["implementations"]["torchscript"]["passed"] = False
+    record["implementations"]["torchscript"]["failing_checks"] = ["seed0/uniform"]
+    failing = tmp_path / "baselines.json"
+    write_json(failing, record)
+    result = run_timing(
+        task=TASK,
+        variants={"good": study["variants"]["good"]},
+        correctness={"good": study["correctness"]["good"]},
+        baselines_record=failing,
+        checkout=study["checkout"],
+        pin_path=study["pin"],
+        baselines=BASELINES,
+        protocol=PROTOCOL,
+        out=tmp_path / "timing.json",
+    )
+    assert result["timed"] == ["eager", "inductor", "good"]
+    assert result["skipped"]["torchscript"]["failing_checks"] == ["seed0/uniform"]
+    for key in MEASUREMENT_KEYS:
+        assert "torchscript" not in result["measurements"][key]
+        assert result["ratios"][key]["good"]["vs_best_compiled"]["baseline"] == "inductor"
 
 
 def test_run_controls_writes_the_documented_keys(study):
@@ -200,6 +245,7 @@ def test_run_controls_writes_the_documented_keys(study):
         task=TASK,
         variants=study["variants"],
         correctness=study["correctness"],
+        baselines_record=study["baselines_record"],
         checkout=study["checkout"],
         pin_path=study["pin"],
         baselines=BASELINES,
@@ -215,7 +261,13 @@ def test_run_controls_writes_the_documented_keys(study):
     eligible = [v for v in VARIANTS if study["records"][v]["passed"]]
 
     small = result["small_shape"]
-    assert small["shape"] == CONTROLS["small_shape"]
+    assert small["shape"] == {**CONTROLS["small_shape"], "seed": 371}
+    # checked at the small shape before timing: every compiled baseline and eligible variant
+    assert set(small["correctness"]) == {"torchscript", "inductor", *eligible}
+    for name, checked in small["correctness"].items():
+        assert checked["passed"] is True, name
+        assert [case["name"] for case in checked["cases"]] == ["small/full", "small/tail"]
+    assert small["timed"] == BASELINES + eligible
     assert set(small["measurements"]) == set(MEASUREMENT_KEYS)
     for key in MEASUREMENT_KEYS:
         assert list(small["measurements"][key]) == BASELINES + eligible
@@ -244,7 +296,19 @@ def test_run_controls_writes_the_documented_keys(study):
     for side in ("on", "off"):
         assert len(cost[side]["samples_ms"]) == CONTROLS["ftz_cost"]["rounds"]
         assert cost[side]["median_ms"] > 0
-    assert set(cost["ratio_on_over_off"]) == {"median", "q1", "q3"}
+    assert set(cost["ratio_on_over_off"]) == {
+        "median",
+        "q1",
+        "q3",
+        "balanced",
+        "balanced_rounds",
+    }
+    assert cost["ratio_on_over_off"]["balanced_rounds"] == 2
+    assert (cost["rounds"], cost["replays_per_pair"]) == (3, 2)
+    assert sorted(cost["on"]["positions"] + cost["off"]["positions"]) == [0, 0, 0, 1, 1, 1]
+    assert result["numerics"]["cudnn_allow_tf32"] is False
+    for entry in result["exhaustive"].values():
+        assert entry["unwritten"] == 0
     assert cost["ratio_on_over_off"]["median"] > 0
     assert cost["effective_ftz"] == {"on": True, "off": False}
 

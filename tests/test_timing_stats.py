@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from kbfuse.controls import (
     without_ftz,
 )
 from kbfuse.errors import KbfuseError
+from kbfuse.measure import paired_ratios, stats
 from kbfuse.timing import (
     MEASUREMENT_KEYS,
     assemble_scope,
@@ -27,10 +27,8 @@ from kbfuse.timing import (
     check_names,
     check_protocol,
     gate,
-    paired_ratios,
+    gate_baselines,
     read_correctness_records,
-    round_orders,
-    stats,
 )
 
 NAMES = ["eager", "torchscript", "inductor", "nvrtc-cubin-noftz", "nvrtc-ptx-ftz"]
@@ -41,44 +39,6 @@ PROTOCOL = {
     "order_seed": 913,
     "input_seed": 42,
 }
-
-
-# --------------------------------------------------------------------------- orders
-
-
-def test_round_orders_are_reproducible_permutations():
-    orders = round_orders(NAMES, 25, 913)
-    assert orders == round_orders(NAMES, 25, 913)
-    assert len(orders) == 25
-    for order in orders:
-        assert sorted(order) == sorted(NAMES)
-        assert len(order) == len(NAMES)
-    # a fresh shuffle per round: the rounds do not all share one order
-    assert len({tuple(order) for order in orders}) > 1
-    # the first round is random.Random(seed)'s first shuffle of the names
-    expected = list(NAMES)
-    random.Random(913).shuffle(expected)
-    assert orders[0] == expected
-
-
-def test_round_orders_depend_on_the_seed_and_leave_names_alone():
-    names = list(NAMES)
-    assert round_orders(names, 10, 1) != round_orders(names, 10, 2)
-    assert names == NAMES
-
-
-def test_every_position_is_visited_over_many_rounds():
-    orders = round_orders(NAMES, 200, 0)
-    for name in NAMES:
-        assert {order.index(name) for order in orders} == set(range(len(NAMES)))
-
-
-@pytest.mark.parametrize(
-    ("names", "rounds"), [([], 3), (["a", "a"], 3), (["a"], 0), (["a"], True), (["a"], 2.0)]
-)
-def test_round_orders_rejects_bad_input(names, rounds):
-    with pytest.raises(KbfuseError):
-        round_orders(names, rounds, 0)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -113,8 +73,14 @@ def test_stats_values_are_plain_floats():
 
 @pytest.mark.parametrize("samples", [[], [1.0, math.nan], [1.0, math.inf], [1.0, 0.0], [-1.0]])
 def test_stats_rejects_empty_or_non_positive_samples(samples):
-    with pytest.raises(KbfuseError):
+    with pytest.raises(KbfuseError, match="stats: "):
         stats(samples)
+
+
+def test_stats_keeps_the_round_positions():
+    assert stats([2.0, 1.0], [1, 0])["positions"] == [1, 0]
+    with pytest.raises(KbfuseError, match="2 samples but 1 positions"):
+        stats([2.0, 1.0], [0])
 
 
 def test_paired_ratios_are_per_round_baseline_over_variant():
@@ -130,7 +96,7 @@ def test_paired_ratios_are_per_round_baseline_over_variant():
 def test_paired_ratios_needs_one_sample_per_round_each():
     with pytest.raises(KbfuseError, match="paired per round"):
         paired_ratios([1.0, 2.0], [1.0])
-    with pytest.raises(KbfuseError):
+    with pytest.raises(KbfuseError, match="must be finite and positive"):
         paired_ratios([1.0], [0.0])
 
 
@@ -156,22 +122,43 @@ def test_assemble_scope_measurements_and_ratios():
         "fast": [1.0, 1.0, 2.0],
         "extra": [9.0, 9.0, 9.0],  # not named: ignored
     }
-    measurements, ratios = assemble_scope(samples, ["eager", "torchscript", "inductor"], ["fast"])
+    positions = {name: [0, 1, 2] for name in samples}
+    names = ["eager", "torchscript", "inductor"]
+    measurements, ratios = assemble_scope(samples, positions, names, ["fast"])
     assert list(measurements) == ["eager", "torchscript", "inductor", "fast"]
     assert measurements["fast"]["median_ms"] == 1.0
+    assert measurements["fast"]["positions"] == [0, 1, 2]
     assert set(ratios) == {"fast"}
     entry = ratios["fast"]
     assert set(entry) == {"vs_eager", "vs_torchscript", "vs_inductor", "vs_best_compiled"}
-    assert entry["vs_eager"] == {"median": 4.0, "q1": 3.0, "q3": 4.0}
+    # 4 implementations: one cycle is 4 rounds, none of the 3 rounds completes it
+    assert entry["vs_eager"] == {
+        "median": 4.0,
+        "q1": 3.0,
+        "q3": 4.0,
+        "balanced": None,
+        "balanced_rounds": 0,
+    }
     assert entry["vs_best_compiled"] == {"baseline": "inductor", **entry["vs_inductor"]}
     assert entry["vs_inductor"]["median"] == 2.0
 
 
 def test_assemble_scope_without_compiled_baselines_and_missing_samples():
-    _, ratios = assemble_scope({"eager": [1.0], "v": [0.5]}, ["eager"], ["v"])
-    assert ratios == {"v": {"vs_eager": {"median": 2.0, "q1": 2.0, "q3": 2.0}}}
-    with pytest.raises(KbfuseError, match="no samples"):
-        assemble_scope({"eager": [1.0]}, ["eager"], ["v"])
+    samples = {"eager": [1.0, 1.0], "v": [0.5, 0.25]}
+    _, ratios = assemble_scope(samples, {"eager": [0, 1], "v": [1, 0]}, ["eager"], ["v"])
+    assert ratios == {
+        "v": {
+            "vs_eager": {
+                "median": 3.0,
+                "q1": 2.5,
+                "q3": 3.5,
+                "balanced": pytest.approx(math.sqrt(8.0)),
+                "balanced_rounds": 2,
+            }
+        }
+    }
+    with pytest.raises(KbfuseError, match=r"no samples for \['v'\]"):
+        assemble_scope({"eager": [1.0]}, {"eager": [0]}, ["eager"], ["v"])
 
 
 def test_measurement_keys_cover_both_scopes_and_methods():
@@ -206,7 +193,7 @@ def test_check_protocol_names_the_bad_key(key, value):
 
 def test_check_names():
     assert check_names(["eager", "inductor"], ["a"]) == ["eager", "inductor"]
-    with pytest.raises(KbfuseError, match="tensorrt"):
+    with pytest.raises(KbfuseError, match="baselines \\['tensorrt'\\] are unknown"):
         check_names(["eager", "tensorrt"], [])
     with pytest.raises(KbfuseError, match="more than once"):
         check_names(["eager", "eager"], [])
@@ -289,6 +276,60 @@ def test_read_correctness_records(tmp_path):
     assert skipped["absent"]["reason"] == "no correctness record"
 
 
+def baselines_record(task=81, **results):
+    return {"kind": "correctness_baselines", "task": task, "implementations": results}
+
+
+PASSING = {"passed": True, "failing_checks": []}
+NAMES3 = ["eager", "torchscript", "inductor"]
+
+
+def test_gate_baselines_times_eager_and_the_baselines_that_passed():
+    failing = {"passed": False, "failing_checks": ["graph/new_weights"]}
+    record = baselines_record(torchscript=failing, inductor=PASSING)
+    eligible, skipped = gate_baselines(record, NAMES3, task=81)
+    assert eligible == ["eager", "inductor"]
+    assert skipped == {
+        "torchscript": {
+            "reason": "failed correctness (official predicate): 1 failing check(s)",
+            "failing_checks": ["graph/new_weights"],
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (None, "no correctness record"),
+        (KbfuseError("b.json: Expecting value"), "unreadable correctness record"),
+        ({**baselines_record(), "kind": "correctness"}, "kind is 'correctness'"),
+        (baselines_record(task=53, torchscript=PASSING, inductor=PASSING), "for task 53, not 81"),
+        ({**baselines_record(), "implementations": []}, "implementations is []"),
+        (baselines_record(torchscript=PASSING), "no correctness result for baseline 'inductor'"),
+        (
+            baselines_record(
+                torchscript=PASSING, inductor={"passed": "true", "failing_checks": []}
+            ),
+            "passed is 'true', not a boolean",
+        ),
+        (
+            baselines_record(
+                torchscript=PASSING, inductor={"passed": True, "failing_checks": ["x"]}
+            ),
+            "passed is true but failing_checks is not empty",
+        ),
+    ],
+)
+def test_gate_baselines_skips_what_it_cannot_trust(record, reason):
+    eligible, skipped = gate_baselines(record, NAMES3, task=81)
+    assert "eager" in eligible and "inductor" not in eligible
+    assert reason in skipped["inductor"]["reason"]
+
+
+def test_gate_baselines_only_gates_the_configured_baselines():
+    assert gate_baselines(None, ["eager"], task=81) == (["eager"], {})
+
+
 # --------------------------------------------------------------------------- controls logic
 
 CONTROLS = {
@@ -301,7 +342,18 @@ CONTROLS = {
 
 def test_check_controls_cfg():
     cfg = check_controls_cfg(CONTROLS)
-    assert cfg["small_shape"] == {"batch": 128, "in_features": 1024, "out_features": 1024}
+    assert cfg["small_shape"] == {
+        "batch": 128,
+        "in_features": 1024,
+        "out_features": 1024,
+        "seed": 371,  # the study's small-shape seed, when the config names none
+    }
+    seeded = json.loads(json.dumps(CONTROLS))
+    seeded["small_shape"]["seed"] = 5
+    assert check_controls_cfg(seeded)["small_shape"]["seed"] == 5
+    seeded["small_shape"]["seed"] = -1
+    with pytest.raises(KbfuseError, match="controls.small_shape.seed is -1"):
+        check_controls_cfg(seeded)
     assert cfg["tiny_values"] == {"low": -110.0, "high": -60.0, "dense_count": 1048576}
     assert cfg["ftz_cost"] == {"rounds": 35, "replays_per_pair": 10}
     bad = json.loads(json.dumps(CONTROLS))

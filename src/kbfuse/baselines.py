@@ -69,6 +69,9 @@ def torchscript(model: nn.Module, example: torch.Tensor) -> Program:
 
 
 def inductor(model: nn.Module) -> Program:
+    # Past its recompile limit Dynamo would quietly run the eager code under this baseline's
+    # name (the correctness stage compiles one model per seed): make that an error instead.
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     compiled = torch.compile(model.eval(), dynamic=False)
     return _without_grad(compiled, "inductor")
 

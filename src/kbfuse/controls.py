@@ -1,13 +1,16 @@
 """Controls beside the main timing: small shape, tiny values, FTZ cost, the task-81 witness.
 
-- small shape: the task model rebuilt at (B, K, H) = controls.small_shape, timed exactly
-  like the main timing (both scopes, both methods, correctness-gated variants);
+- small shape: the task model rebuilt at (B, K, H) = controls.small_shape and seeded with its
+  own seed (371, as in the study); every implementation that passed correctness at the main
+  shape is checked again at the small shape first, and only what passes there is timed, exactly
+  like the main timing (both scopes, both methods);
 - tiny values: every variant's tail on inputs where flush-to-zero decides the bits
   (a dense sweep such as [-110, -60], subnormals, signed zeros, infinities, NaN), each case
   a `numerics.compare` record against the model's eager tail; diagnostic, so not gated;
 - FTZ cost: for each route with an ftz-on and an ftz-off variant that are otherwise the
   same (kernel source and options), both tails timed paired and interleaved as CUDA-graph
-  replays; the per-round ratio on/off;
+  replays (seed-42 linear outputs, `replays_per_pair` replays per event pair, both recorded);
+  the per-round ratio on/off, from balanced round orders;
 - witness81: task 81's eager tail against every variant at -88 and -87.5, values and bits.
 """
 
@@ -30,21 +33,21 @@ from kbfuse.errors import KbfuseError
 from kbfuse.exhaustive import exhaustive_control
 from kbfuse.inputs import make_input
 from kbfuse.io import write_json
+from kbfuse.measure import block_seed, int_at_least, paired_ratios, stats, time_interleaved
 from kbfuse.timing import (
     Progress,
-    check_names,
     check_protocol,
-    gate_variants,
-    int_at_least,
+    gate_implementations,
     load_modules,
     measure_program,
-    paired_ratios,
     read_metas,
-    stats,
-    time_interleaved,
 )
+from kbfuse.weights import weights_sha256
 
 SCHEMA_VERSION = 1
+# The study built the small-shape model (and drew its input) right after seeding 371.
+SMALL_SHAPE_SEED = 371
+SMALL_SHAPE_GROUP = "small_shape"
 WITNESS81_INPUTS = (-88.0, -87.5)
 TINY_GROUP = "tiny_values"
 _FTZ_OPTION = re.compile(r"^-{1,2}ftz(=.*)?$")
@@ -70,6 +73,9 @@ def check_controls_cfg(cfg: Mapping[str, Any]) -> dict:
         key: int_at_least(shape.get(key), f"controls.small_shape.{key}", 1)
         for key in ("batch", "in_features", "out_features")
     }
+    small_shape["seed"] = int_at_least(
+        shape.get("seed", SMALL_SHAPE_SEED), "controls.small_shape.seed", 0
+    )
     low, high = tiny.get("low"), tiny.get("high")
     for key, value in (("low", low), ("high", high)):
         if (
@@ -214,6 +220,48 @@ def build_resized_model(spec, seed: int, in_features: int, out_features: int, ta
     return model
 
 
+def small_shape_correctness(
+    model,
+    x,
+    tail,
+    baseline_names: Sequence[str],
+    modules: Mapping[str, Any],
+    tolerance: Mapping[str, float],
+    say: Callable[[str], None],
+) -> dict[str, dict]:
+    """Every implementation to be timed at the small shape, checked there first, as the study
+    did: the full program on the small input and the tail on its linear output, each against
+    eager under the correctness stage's gate (`correctness.check_case`). Eager is the
+    reference. name -> {passed, failing_checks, cases}."""
+    import torch
+
+    from kbfuse.correctness import baseline_subject, check_case, variant_subject
+
+    with torch.no_grad():
+        y = tail.linear(model)(x).contiguous()
+        reference = {"full": model(x), "tail": tail.reference(model, y)}
+    subjects = [
+        baseline_subject(name, model, tail, x, y) for name in baseline_names if name != "eager"
+    ]
+    subjects += [variant_subject(name, module, tail, model) for name, module in modules.items()]
+    results: dict[str, dict] = {}
+    for subject in subjects:
+        cases = [
+            check_case(
+                reference["full"], subject.full(x), tolerance, "small/full", SMALL_SHAPE_GROUP
+            ),
+            check_case(
+                reference["tail"], subject.tail(y), tolerance, "small/tail", SMALL_SHAPE_GROUP
+            ),
+        ]
+        failing = [case["name"] for case in cases if not case["gate_pass"]]
+        results[subject.name] = {"passed": not failing, "failing_checks": failing, "cases": cases}
+        say(f"small shape correctness {subject.name}: {failing or 'pass'}")
+    del subjects, reference
+    torch.cuda.empty_cache()
+    return results
+
+
 def small_shape_control(
     spec,
     tail,
@@ -221,26 +269,44 @@ def small_shape_control(
     modules: Mapping[str, Any],
     shape: Mapping[str, int],
     protocol: Mapping[str, int],
+    tolerance: Mapping[str, float],
     say: Callable[[str], None],
 ) -> dict:
+    """The task model at the small shape (seeded `shape["seed"]`): every implementation
+    checked first, then the ones that pass timed like the main timing."""
     import torch
 
-    model = build_resized_model(
-        spec, protocol["input_seed"], shape["in_features"], shape["out_features"], tail
+    seed = shape["seed"]
+    model = build_resized_model(spec, seed, shape["in_features"], shape["out_features"], tail)
+    x = make_input("uniform", (shape["batch"], shape["in_features"]), seed, "cuda")
+    checked = small_shape_correctness(model, x, tail, baseline_names, modules, tolerance, say)
+    skipped = {
+        name: {
+            "reason": "failed correctness at the small shape (official predicate)",
+            "failing_checks": result["failing_checks"],
+        }
+        for name, result in checked.items()
+        if not result["passed"]
+    }
+    timed_baselines = [name for name in baseline_names if name not in skipped]
+    timed_variants = {name: module for name, module in modules.items() if name not in skipped}
+    say(f"small shape {dict(shape)}: timing {timed_baselines + list(timed_variants)}")
+    timed = measure_program(
+        model, x, tail, timed_baselines, timed_variants, protocol, say, (spec.task, "small")
     )
-    x = make_input(
-        "uniform", (shape["batch"], shape["in_features"]), protocol["input_seed"], "cuda"
-    )
-    say(f"small shape {shape}: timing {list(baseline_names) + list(modules)}")
-    timed = measure_program(model, x, tail, baseline_names, modules, protocol, say)
-    del model, x
-    torch.cuda.empty_cache()
-    return {
+    result = {
         "shape": dict(shape),
+        "weights_sha256": weights_sha256(model),
+        "correctness": checked,
+        "timed": timed_baselines + list(timed_variants),
+        "skipped": skipped,
         "measurements": timed["measurements"],
         "ratios": timed["ratios"],
         "tail_bytes": timed["tail_bytes"],
     }
+    del model, x
+    torch.cuda.empty_cache()
+    return result
 
 
 def _zero_tail_parameters(model, tail):
@@ -315,6 +381,7 @@ def ftz_cost_control(
     cost: Mapping[str, int],
     protocol: Mapping[str, int],
     say: Callable[[str], None],
+    labels: Sequence[Any] = (),
 ) -> dict:
     import torch
 
@@ -330,21 +397,24 @@ def ftz_cost_control(
                     launch.run_tail, modules[variant], tail, model, y, out
                 )
             say(f"ftz cost {route}: {on} (ftz on) vs {off} (ftz off)")
-            samples = time_interleaved(
+            samples, positions = time_interleaved(
                 impls,
                 "graph",
                 warmup=protocol["warmup"],
                 rounds=cost["rounds"],
                 invocations_per_pair=cost["replays_per_pair"],
-                order_seed=protocol["order_seed"],
+                seed=block_seed(protocol["order_seed"], *labels, "ftz_cost", route),
                 log=say,
             )
             entry = {
                 "ftz_on": on,
                 "ftz_off": off,
-                "on": stats(samples[on]),
-                "off": stats(samples[off]),
-                "ratio_on_over_off": paired_ratios(samples[on], samples[off]),
+                "warmup": protocol["warmup"],
+                "rounds": cost["rounds"],
+                "replays_per_pair": cost["replays_per_pair"],
+                "on": stats(samples[on], positions[on]),
+                "off": stats(samples[off], positions[off]),
+                "ratio_on_over_off": paired_ratios(samples[on], samples[off], cycle=2),
                 "effective_ftz": {
                     "on": _flushes_subnormals(modules[on]),
                     "off": _flushes_subnormals(modules[off]),
@@ -359,6 +429,7 @@ def run_controls(
     task: int,
     variants: Mapping[str, tuple],
     correctness: Mapping[str, str | os.PathLike],
+    baselines_record: str | os.PathLike,
     checkout: str | os.PathLike,
     pin_path: str | os.PathLike,
     baselines: Sequence[str],
@@ -369,18 +440,19 @@ def run_controls(
     log: str | os.PathLike | None = None,
 ) -> dict:
     """Small-shape timing, tiny-value cases, FTZ cost and every float32 input (the exhaustive
-    control) for one task; writes controls JSON."""
+    control) for one task; writes controls JSON.
+
+    Timed here is only what passed correctness at the main shape (variants on their records,
+    TorchScript and Inductor on the task's baselines.json) and, at the small shape, again there.
+    """
     import torch
 
     say = Progress(log)
     cfg = check_controls_cfg(controls_cfg)
     protocol = check_protocol(protocol)
     tolerance = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
-    baseline_names = check_names(baselines, list(variants))
-    metas = read_metas(variants)
-    eligible, skipped = gate_variants(task, variants, correctness, metas)
-    for variant, entry in skipped.items():
-        say(f"task {task}: {variant} not timed: {entry['reason']} {entry['failing_checks']}")
+    gated = gate_implementations(task, variants, correctness, baselines_record, baselines, say)
+    metas, eligible = gated["metas"], gated["variants"]
     pairs = ftz_pairs({v: metas[v] for v in eligible})
     for route, pair in pairs.items():
         for on, off in pair.pop("others"):
@@ -389,20 +461,28 @@ def run_controls(
     pin = kernelbench.read_pin(pin_path)
     spec = kernelbench.load_task(checkout, pin, task)
     tail = tails.tail_for(task)
-    baseline_builders.set_numerics()
+    numerics = baseline_builders.set_numerics()
     # Every variant is loaded for the (diagnostic) tiny values; only eligible ones are timed.
     modules = load_modules(variants, list(variants), metas)
     eligible_modules = {v: modules[v] for v in eligible}
 
     small = small_shape_control(
-        spec, tail, baseline_names, eligible_modules, cfg["small_shape"], protocol, say
+        spec,
+        tail,
+        gated["baselines"],
+        eligible_modules,
+        cfg["small_shape"],
+        protocol,
+        tolerance,
+        say,
     )
-    small["timed"] = baseline_names + eligible
-    small["skipped"] = skipped
+    small["skipped"] = {**gated["skipped"], **small["skipped"]}
 
     model = kernelbench.build_model(spec, seed=protocol["input_seed"])
     x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
-    ftz_cost = ftz_cost_control(model, x, tail, pairs, modules, cfg["ftz_cost"], protocol, say)
+    ftz_cost = ftz_cost_control(
+        model, x, tail, pairs, modules, cfg["ftz_cost"], protocol, say, (task,)
+    )
     del x
     tiny = tiny_values_control(model, tail, modules, cfg["tiny_values"], tolerance, say)
     every_input = exhaustive_control(model, tail, modules, say)
@@ -414,9 +494,11 @@ def run_controls(
         "provenance": {
             "pin_commit": spec.pin_commit,
             "task_sha256": spec.sha256,
+            "weights_sha256": weights_sha256(model),
             "artifacts": {v: metas[v]["artifact_sha256"] for v in variants},
         },
         "protocol": protocol,
+        "numerics": numerics,
         "tolerance": tolerance,
         "small_shape": small,
         "tiny_values": tiny,

@@ -3,8 +3,13 @@
 Every check is a case record (`kbfuse.numerics.compare`, reference = PyTorch eager) in one
 of four groups:
 
-- `full_program`: seeds x distributions, the whole program (model's linear + tail);
-- `timing_input`: the input the timing stage uses (uniform, seed = timing.input_seed);
+- `full_program`: seeds x distributions, the whole program (model's linear + tail). As in the
+  study, each seed builds its own model (seeding the generator first, so every seed has its own
+  weights) and its distributions reuse that model; the record names each model's weights by
+  sha256 (`weights_sha256`, seed -> hash);
+- `timing_input`: the input the timing stage uses (uniform, seed = timing.input_seed) on the
+  model the timing stage builds (seeded timing.input_seed too); the tail controls and the
+  CUDA-graph checks use that model as well;
 - `tail_control`: the tail alone on the real linear output, on boundary values (clamp
   bounds and their float32 neighbours, the inputs that land on them, zeros, subnormals,
   large values) and on non-finite values mixed with finite ones;
@@ -23,15 +28,18 @@ cannot be captured in a CUDA graph fails the check `graph/capture`.
 Outputs of the kernel are poisoned with NaN before every launch and replay, so an element
 a kernel fails to write cannot pass by inheriting a stale correct value.
 
-One job checks every variant of a task (`run_correctness_variants`; the workflow's rule
-`correctness_variants`): the model is built and every module loaded once, and each case's
-input and eager reference are computed once and compared with every variant's output. Each
+An implementation is given as a `SubjectMaker` (model -> Subject), so that it can be built on
+each seed's model. One job checks every variant of a task (`run_correctness_variants`; the
+workflow's rule `correctness_variants`): each model is built and every module loaded once, and
+each case's input and eager reference are computed once and compared with every variant's
+output. Each
 variant still gets its own record, the one `run_correctness` (that variant alone) writes. The
 compiled baselines share their cases the same way, in their own job (`run_baselines`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -51,6 +59,7 @@ from kbfuse.io import as_float, read_json, write_json
 from kbfuse.kernelbench import TaskSpec, build_model, load_task, read_pin
 from kbfuse.numerics import compare, f32_from_bits, summarize_cases
 from kbfuse.tails import Tail, model_float, tail_for
+from kbfuse.weights import weights_sha256
 
 SCHEMA_VERSION = 1
 GROUPS = ("full_program", "timing_input", "tail_control", "graph_replay")
@@ -326,6 +335,9 @@ class Subject:
     capture: Callable[[torch.Tensor], torch.Tensor]
 
 
+SubjectMaker = Callable[[Any], Subject]  # a task model -> the implementation built on it
+
+
 @dataclass
 class _Replay:
     graph: torch.cuda.CUDAGraph
@@ -345,9 +357,9 @@ def _repeat_calls(program: Callable, calls: int) -> Callable:
 class TaskChecks:
     """The cases of one task model, checked for one or several implementations at once.
 
-    `run_all(subjects)` computes each shared case's input and eager reference once and checks
+    `run_all(makers)` computes each shared case's input and eager reference once and checks
     every subject against it (full program, timing input, tail controls); the CUDA-graph part
-    (capture, replay after changing input and parameters) runs per subject. `run(subject)` is
+    (capture, replay after changing input and parameters) runs per subject. `run(maker)` is
     `run_all` for one subject. A subject's result is the same whichever others share the run.
     """
 
@@ -362,12 +374,16 @@ class TaskChecks:
         self.device = self.linear.weight.device
         self.shape = tuple(spec.input_shape())
 
+    def seed_model(self, seed: int):
+        """The task model built right after seeding `seed`, as the study built one per seed."""
+        return build_model(self.spec, seed=seed, device=str(self.device))
+
     def input(self, distribution: str, seed: int) -> torch.Tensor:
         return make_input(distribution, self.shape, seed, self.device)
 
-    def eager(self, x: torch.Tensor) -> torch.Tensor:
+    def eager(self, x: torch.Tensor, model=None) -> torch.Tensor:
         with torch.no_grad():
-            return self.model(x)
+            return (self.model if model is None else model)(x)
 
     def linear_output(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -398,12 +414,20 @@ class TaskChecks:
             cases[subject.name].append(self.case(reference, candidate, name, group, subject))
             del candidate
 
-    def full_program(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
+    def full_program(
+        self, makers: Sequence[SubjectMaker], cases: dict[str, list[dict]]
+    ) -> dict[str, str]:
+        """Seeds x distributions, each seed on its own model; returns seed -> weights sha256."""
+        weights = {}
         for seed in self.request["seeds"]:
+            model = self.seed_model(seed)
+            weights[str(seed)] = weights_sha256(model)
+            self.progress(f"seed {seed}: model weights sha256 {weights[str(seed)][:16]}")
+            subjects = [make(model) for make in makers]
             for distribution in self.request["distributions"]:
                 checkpoint("correctness", f"seed{seed}/{distribution}")
                 x = self.input(distribution, seed)
-                reference = self.eager(x)
+                reference = self.eager(x, model)
                 self.shared_case(
                     reference,
                     "full",
@@ -414,6 +438,9 @@ class TaskChecks:
                     cases,
                 )
                 del x, reference
+            del subjects, model
+            torch.cuda.empty_cache()
+        return weights
 
     def timing_input(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
         seed = self.request["input_seed"]
@@ -496,8 +523,10 @@ class TaskChecks:
         replay.graph.replay()
         return self.case(self.eager(replay.x), replay.out, name, "graph_replay", subject)
 
-    def run_all(self, subjects: Sequence[Subject]) -> dict[str, dict]:
-        """subject name -> result (`assemble`), in the order of `subjects`."""
+    def run_all(self, makers: Sequence[SubjectMaker]) -> dict[str, dict]:
+        """subject name -> result (`assemble`), in the order of `makers`; each result also
+        holds `weights_sha256` (seed -> hash of that seed's model, the timing seed included)."""
+        subjects = [make(self.model) for make in makers]
         names = [subject.name for subject in subjects]
         if not names:
             raise KbfuseError(f"task {self.spec.task}: no implementation to check")
@@ -505,7 +534,8 @@ class TaskChecks:
             raise KbfuseError(f"task {self.spec.task}: implementation names repeat: {names}")
         self.progress(f"checking {', '.join(names)} on task {self.spec.task}")
         cases: dict[str, list[dict]] = {name: [] for name in names}
-        self.full_program(subjects, cases)
+        weights = self.full_program(makers, cases)
+        weights[str(self.request["input_seed"])] = weights_sha256(self.model)
         self.timing_input(subjects, cases)
         self.tail_controls(subjects, cases)
         torch.cuda.empty_cache()
@@ -515,6 +545,7 @@ class TaskChecks:
             cases[subject.name] += replay_cases
             torch.cuda.empty_cache()
             result = assemble(cases[subject.name], capture)
+            result["weights_sha256"] = dict(weights)
             self.progress(
                 f"{subject.name}: {'passed' if result['passed'] else 'FAILED'} "
                 f"({result['summary']['bit_identical_cases']}/{len(result['cases'])} cases "
@@ -523,8 +554,8 @@ class TaskChecks:
             results[subject.name] = result
         return results
 
-    def run(self, subject: Subject) -> dict:
-        return self.run_all([subject])[subject.name]
+    def run(self, make: SubjectMaker) -> dict:
+        return next(iter(self.run_all([make]).values()))
 
 
 def capture_graph(program: Callable, static_x: torch.Tensor, warm_calls: int):
@@ -561,15 +592,26 @@ def variant_subject(name: str, mod, tail: Tail, model) -> Subject:
 
 
 def baseline_subject(name: str, model, tail: Tail, x_example, y_example) -> Subject:
-    """A compiled baseline of the full model and of the tail module."""
+    """A compiled baseline of the full model and, built on first use, of the tail module (the
+    per-seed models of the full-program cases never need the tail)."""
     full = baselines.build(name, model, x_example)
-    tail_only = baselines.build(name, baselines.tail_module(model, tail), y_example)
+
+    @functools.cache
+    def tail_program() -> Callable[[torch.Tensor], torch.Tensor]:
+        built = baselines.build(name, baselines.tail_module(model, tail), y_example)
+        return _repeat_calls(built, BASELINE_WARM_CALLS)
+
     return Subject(
         name=name,
         full=_repeat_calls(full, BASELINE_WARM_CALLS),
-        tail=_repeat_calls(tail_only, BASELINE_WARM_CALLS),
+        tail=lambda y: tail_program()(y),
         capture=full,
     )
+
+
+def _baseline_on(name: str, tail: Tail, x_example, y_example, progress, model) -> Subject:
+    progress(f"building {name}")
+    return baseline_subject(name, model, tail, x_example, y_example)
 
 
 # --------------------------------------------------------------------------- stage entry points
@@ -700,13 +742,13 @@ def run_correctness_variants(
     names = _check_variant_request(variants, outs)
     metas = {name: _variant_meta(name, variants[name][1]) for name in names}
     checks, numerics = _load(task, checkout, pin_path, request, progress)
-    subjects = []
+    makers = []
     for name in names:
         artifact = variants[name][0]
         mod = LoadedModule.load(artifact, metas[name])
         progress(f"loaded {artifact} (variant {name}, route {metas[name].get('route')})")
-        subjects.append(variant_subject(name, mod, checks.tail, checks.model))
-    results = checks.run_all(subjects)
+        makers.append(functools.partial(variant_subject, name, mod, checks.tail))
+    results = checks.run_all(makers)
     records = {
         name: _variant_record(task, name, metas[name], checks, request, numerics, results[name])
         for name in names
@@ -772,12 +814,12 @@ def run_baselines(
     checks, numerics = _load(task, checkout, pin_path, request, progress)
     x_example = checks.input("uniform", request["input_seed"])
     y_example = checks.linear_output(x_example)
-    subjects = []
-    for name in implementations:
-        progress(f"building {name} for task {task}")
-        subjects.append(baseline_subject(name, checks.model, checks.tail, x_example, y_example))
-    results = checks.run_all(subjects)
-    del subjects
+    makers = [
+        functools.partial(_baseline_on, name, checks.tail, x_example, y_example, progress)
+        for name in implementations
+    ]
+    results = checks.run_all(makers)
+    del makers
     torch.cuda.empty_cache()
     record = {
         "kind": "correctness_baselines",

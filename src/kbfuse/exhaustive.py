@@ -7,6 +7,12 @@ sampled cases. For task 95 the add parameter is set to -0.0, the one value for w
 `x + add == x` bit for bit for every x (-0.0 included), so the patterns reach the rest of the
 tail unchanged; the add itself is one IEEE addition in both.
 
+Before each variant's launch its output buffer (fresh for every variant, so nothing carries
+over from the variant before) is filled with a sentinel bit pattern, a NaN with a payload no
+arithmetic produces; elements that still hold it afterwards were never written and are counted
+(`unwritten`). An element whose eager output is the sentinel pattern itself (only the input
+with that payload, passed through) cannot be told apart and is not counted.
+
 Outputs are compared as raw bits. Two NaNs with different payloads are counted apart
 (`nan_payload_only`): IEEE does not fix NaN payloads and torch.allclose treats all NaNs alike,
 but a bit-identical claim has to show them.
@@ -21,6 +27,7 @@ from typing import Any
 from kbfuse import launch
 
 PATTERNS = 1 << 32
+SENTINEL_BITS = 0x7FA5A5A5  # a quiet NaN with a payload that no float operation creates
 CHUNK_BITS = 28  # 2^28 patterns (1 GiB of float32) per launch
 EXAMPLES = 4
 
@@ -59,6 +66,23 @@ def compare_bits(reference, candidate) -> tuple[int, int, Any]:
     return int(differ.sum()), int((differ & both_nan).sum()), real
 
 
+def unwritten(reference, candidate) -> int:
+    """Elements of `candidate` still holding the sentinel where eager's output does not."""
+    import torch
+
+    still = candidate.view(torch.int32) == SENTINEL_BITS
+    return int((still & (reference.view(torch.int32) != SENTINEL_BITS)).sum())
+
+
+def sentinel_like(rows):
+    """A fresh buffer shaped like `rows`, every element the sentinel pattern."""
+    import torch
+
+    return torch.full(rows.shape, SENTINEL_BITS, dtype=torch.int32, device=rows.device).view(
+        torch.float32
+    )
+
+
 def exhaustive_control(
     model,
     tail,
@@ -66,6 +90,7 @@ def exhaustive_control(
     say: Callable[[str], None],
     chunk_bits: int = CHUNK_BITS,
     patterns: int = PATTERNS,
+    device: str = "cuda",
 ) -> dict:
     """Per variant: how many of the `patterns` inputs give other output bits than eager."""
     import torch
@@ -75,18 +100,22 @@ def exhaustive_control(
     tail_model = _tail_model_with_identity_operands(model, tail)
     cols = int(tail.linear(tail_model).out_features)
     chunk = max(cols, (1 << chunk_bits) // cols * cols)
-    counts = {v: {"differ": 0, "nan_payload_only": 0, "examples": []} for v in modules}
+    counts = {
+        v: {"differ": 0, "nan_payload_only": 0, "unwritten": 0, "examples": []} for v in modules
+    }
     with torch.no_grad():
         for first in range(0, patterns, chunk):
             count = min(chunk, patterns - first)
-            rows = bit_patterns(first, count, cols)
+            rows = bit_patterns(first, count, cols, device)
             reference_rows = tail.reference(tail_model, rows)
-            out_rows = torch.empty_like(rows)
-            x, reference, out = (t.view(-1)[:count] for t in (rows, reference_rows, out_rows))
+            x, reference = (t.view(-1)[:count] for t in (rows, reference_rows))
             for variant, module in modules.items():
+                out_rows = sentinel_like(rows)
                 launch.run_tail(module, tail, tail_model, rows, out_rows)
+                out = out_rows.view(-1)[:count]
                 differ, nan_only, real = compare_bits(reference, out)
                 entry = counts[variant]
+                entry["unwritten"] += unwritten(reference, out)
                 entry["differ"] += differ - nan_only
                 entry["nan_payload_only"] += nan_only
                 if differ - nan_only and len(entry["examples"]) < EXAMPLES:
@@ -99,7 +128,8 @@ def exhaustive_control(
                                 "kernel": f32_bits_hex(out[at]),
                             }
                         )
-            del rows, reference_rows, out_rows, x, reference, out
+                del out_rows, out
+            del rows, reference_rows, x, reference
     del tail_model
     torch.cuda.empty_cache()
     result = {}
@@ -107,10 +137,13 @@ def exhaustive_control(
         result[variant] = {
             "inputs": patterns,
             **entry,
-            "bit_identical": entry["differ"] == 0 and entry["nan_payload_only"] == 0,
+            "bit_identical": entry["differ"] == 0
+            and entry["nan_payload_only"] == 0
+            and entry["unwritten"] == 0,
         }
         say(
             f"exhaustive {variant}: {entry['differ']} of {patterns} inputs differ from eager "
-            f"({entry['nan_payload_only']} more only in a NaN payload)"
+            f"({entry['nan_payload_only']} more only in a NaN payload), "
+            f"{entry['unwritten']} never written"
         )
     return result

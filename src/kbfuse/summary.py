@@ -26,6 +26,7 @@ import pandas as pd
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import as_float, read_json, write_text
+from kbfuse.measure import position_effect
 from kbfuse.summary_layout import (  # noqa: F401 - re-exported for callers of kbfuse.summary
     PLOT_CONTROL_BIT_EQUALITY,
     TABLES,
@@ -263,7 +264,8 @@ _INT_COLUMNS = frozenset(
     _names("""task cases official_passes historical_passes equal_nan_passes bit_identical_cases
     elements elements_bit_equal bit_equal rounds on_rounds off_rounds bytes_moved ptx_ftz_count
     sass_ftz_count sass_ftz_internal batch in_features out_features nonfinite_reference
-    nonfinite_candidate nonfinite_mismatch""")
+    nonfinite_candidate nonfinite_mismatch weight_sets unwritten first_n others_n
+    replays_per_pair balanced_rounds""")
 )
 _TOTAL_COLUMNS = _names("""cases official_passes bit_identical_cases elements elements_bit_equal
     max_abs_diff max_ratio_official max_ratio_historical historical_passes
@@ -318,12 +320,14 @@ def correctness_table(res: StudyResults) -> pd.DataFrame:
             "task": task,
             "variant": v,
             **_case_totals(corr["cases"]),
+            "weight_sets": len(set(corr.get("weights_sha256", {}).values())),
             "passed": bool(corr["passed"]),
             "failing_checks": ", ".join(corr["failing_checks"]),
         }
         for (task, v), corr in res.correctness.items()
     ]
-    return _frame(rows, ["task", "variant", *_TOTAL_COLUMNS, "passed", "failing_checks"])
+    cols = ["task", "variant", *_TOTAL_COLUMNS, "weight_sets", "passed", "failing_checks"]
+    return _frame(rows, cols)
 
 
 def correctness_cases_table(res: StudyResults) -> pd.DataFrame:
@@ -537,11 +541,15 @@ def ftz_cost_table(res: StudyResults) -> pd.DataFrame:
                 row[f"{side}_rounds"] = len(m["samples_ms"])
                 for stat in ("median_ms", "q1_ms", "q3_ms"):
                     row[f"{side}_{stat}"] = _num(m[stat])
-            row.update(_ratio_fields("on_over_off", pair["ratio_on_over_off"]))
+            ratio = pair["ratio_on_over_off"]
+            row.update(_ratio_fields("on_over_off", ratio))
+            row["on_over_off_balanced"] = _num(ratio.get("balanced"))
+            row["balanced_rounds"] = ratio.get("balanced_rounds")
+            row["replays_per_pair"] = pair.get("replays_per_pair")
             rows.append(row)
-    cols = _names("""task route ftz_on ftz_off effective_ftz_on effective_ftz_off on_rounds
-        on_median_ms on_q1_ms on_q3_ms off_rounds off_median_ms off_q1_ms off_q3_ms on_over_off
-        on_over_off_q1 on_over_off_q3""")
+    cols = _names("""task route ftz_on ftz_off effective_ftz_on effective_ftz_off replays_per_pair
+        on_rounds on_median_ms on_q1_ms on_q3_ms off_rounds off_median_ms off_q1_ms off_q3_ms
+        on_over_off on_over_off_q1 on_over_off_q3 on_over_off_balanced balanced_rounds""")
     return _frame(rows, cols)
 
 
@@ -568,11 +576,12 @@ def exhaustive_table(res: StudyResults) -> pd.DataFrame:
                     "inputs": int(rec["inputs"]),
                     "differ": int(rec["differ"]),
                     "nan_payload_only": int(rec["nan_payload_only"]),
+                    "unwritten": int(rec["unwritten"]) if "unwritten" in rec else None,
                     "bit_identical": bool(rec["bit_identical"]),
                     "first_difference": _first_difference(rec["examples"]),
                 }
             )
-    cols = _names("task variant kernel inputs differ nan_payload_only bit_identical")
+    cols = _names("task variant kernel inputs differ nan_payload_only unwritten bit_identical")
     return _frame(rows, [*cols, "first_difference"])
 
 
@@ -686,17 +695,71 @@ def direction_witness_table(res: StudyResults) -> pd.DataFrame:
 
 
 def skipped_table(res: StudyResults) -> pd.DataFrame:
+    """Implementations gated out of timing: in the timing stage, and again at the small shape
+    (the controls' `small_shape.skipped` also repeats the main-shape gate)."""
+    stages = [("timing", task, tim) for task, tim in res.timing.items()]
+    stages += [("small_shape", task, ctl["small_shape"]) for task, ctl in res.controls.items()]
     rows = [
         {
             "task": task,
-            "variant": v,
+            "stage": stage,
+            "implementation": name,
             "reason": rec["reason"],
             "failing_checks": ", ".join(rec.get("failing_checks") or []),
         }
-        for task, tim in res.timing.items()
-        for v, rec in tim["skipped"].items()
+        for stage, task, record in stages
+        for name, rec in record.get("skipped", {}).items()
     ]
-    return _frame(rows, ["task", "variant", "reason", "failing_checks"])
+    return _frame(rows, ["task", "stage", "implementation", "reason", "failing_checks"])
+
+
+def _position_blocks(res: StudyResults):
+    """(task, block, {implementation: measurement}) of every timed block of the run."""
+    for task, tim in res.timing.items():
+        for key, per_impl in tim["measurements"].items():
+            yield task, key, per_impl
+    for task, ctl in res.controls.items():
+        for key, per_impl in ctl["small_shape"].get("measurements", {}).items():
+            yield task, f"small/{key}", per_impl
+        for route, pair in ctl.get("ftz_cost", {}).items():
+            yield (
+                task,
+                f"ftz_cost/{route}",
+                {pair["ftz_on"]: pair["on"], pair["ftz_off"]: pair["off"]},
+            )
+
+
+def position_effect_table(res: StudyResults) -> pd.DataFrame:
+    """Per timed block, what running first in a round does to a sample: for each
+    implementation the median of its first-position samples over the median of its others;
+    the row gives the median, smallest and largest of that ratio over the implementations
+    (1 = no effect). Records without positions (made before they were recorded) give none."""
+    rows = []
+    for task, block, per_impl in _position_blocks(res):
+        effects = [
+            position_effect(m["samples_ms"], m["positions"])
+            for m in per_impl.values()
+            if "positions" in m
+        ]
+        ratios = [e["first_over_others"] for e in effects if e is not None]
+        if not ratios:
+            continue
+        rows.append(
+            {
+                "task": task,
+                "block": block,
+                "implementations": len(per_impl),
+                "rounds": len(next(iter(per_impl.values()))["samples_ms"]),
+                "first_n": sum(e["first_n"] for e in effects if e is not None),
+                "others_n": sum(e["others_n"] for e in effects if e is not None),
+                "first_over_others_median": float(pd.Series(ratios).median()),
+                "first_over_others_min": min(ratios),
+                "first_over_others_max": max(ratios),
+            }
+        )
+    cols = _names("""task block implementations rounds first_n others_n first_over_others_median
+        first_over_others_min first_over_others_max""")
+    return _frame(rows, cols)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -727,6 +790,7 @@ _BUILDERS = {
     "timing_tail": lambda res: timing_table(res, "tail"),
     "small_shapes": small_shapes_table,
     "ftz_cost": ftz_cost_table,
+    "position_effect": position_effect_table,
     "tiny_values": tiny_values_table,
     "exhaustive": exhaustive_table,
     "control_bit_equality": control_bit_equality_table,

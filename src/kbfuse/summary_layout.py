@@ -20,13 +20,14 @@ TABLES: dict[str, str] = {
     "timing_tail": "tail time per task x implementation x method, against the copy floor",
     "small_shapes": "the small-shape timings per task",
     "ftz_cost": "paired FTZ-on over FTZ-off cost per task and route",
+    "position_effect": "per timed block: first-position samples over the others (1: no effect)",
     "tiny_values": "tiny-value control cases per task x variant",
     "exhaustive": "every float32 input per task x variant: outputs whose bits differ from eager",
     "control_bit_equality": "bit-equal elements per variant x control set (the plot's data)",
     "witness81": "the minimal task-81 witness per variant and input",
     "margin_audit": "official vs historical error ratios of every audited record",
     "direction_witness": "a float32 pair on which allclose(a, b) and allclose(b, a) disagree",
-    "skipped": "variants gated out of timing, with reasons",
+    "skipped": "implementations gated out of timing (main and small shape), with reasons",
     "environment": "the fingerprint of the machine that produced the results",
 }
 PLOT_CONTROL_BIT_EQUALITY = "control_bit_equality.png"

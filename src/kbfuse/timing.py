@@ -1,15 +1,16 @@
 """Interleaved, randomised, correctness-gated timing of the fused tails and their baselines.
 
-Every implementation is compiled and warmed up before the timed region. Each round then
-runs every implementation once, in that round's own random order, so that drift (clocks,
-temperature, other tenants) spreads over all of them instead of biasing the one timed last.
-A sample is the time between a CUDA event pair around `invocations_per_pair` back-to-back
-calls (method "events") or CUDA-graph replays (method "graph"), divided by that count; the
-GPU is synchronised once per round. Ratios are paired per round: baseline_ms / variant_ms
-of the same round, so > 1 means the variant is faster.
+Every implementation is compiled and warmed up before the timed region; the samples follow the
+protocol of `kbfuse.measure` (a synchronisation before every CUDA event pair, balanced round
+orders seeded per block and task, each sample's round position recorded). A sample is the time
+between a CUDA event pair around `invocations_per_pair` back-to-back calls (method "events")
+or CUDA-graph replays (method "graph"), divided by that count. Ratios are paired per round:
+baseline_ms / variant_ms of the same round, so > 1 means the variant is faster.
 
-Only variants whose correctness record passed are loaded and timed (`gate`); the others get
-a `skipped` entry naming the reason and the failing checks.
+Every timed implementation is gated on its own correctness record: variants on
+results/correctness/{task}/{variant}.json (`gate`), TorchScript and Inductor on the task's
+baselines.json (`gate_baselines`); eager is the reference itself. What fails is never loaded
+or timed and gets a `skipped` entry naming the reason and the failing checks.
 """
 
 from __future__ import annotations
@@ -17,21 +18,26 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from kbfuse import baselines as baseline_builders
 from kbfuse import cudacache, kernelbench, launch, tails
 from kbfuse.errors import KbfuseError
 from kbfuse.inputs import make_input
 from kbfuse.io import read_json, write_json
+from kbfuse.measure import (
+    METHODS,
+    block_seed,
+    int_at_least,
+    paired_ratios,
+    stats,
+    time_interleaved,
+)
+from kbfuse.weights import weights_sha256
 
-SCHEMA_VERSION = 1
-METHODS = ("events", "graph")
+SCHEMA_VERSION = 2
 SCOPES = ("full", "tail")
 MEASUREMENT_KEYS = tuple(f"{scope}/{method}" for scope in SCOPES for method in METHODS)
 BASELINES = baseline_builders.IMPLEMENTATIONS  # ("eager", "torchscript", "inductor")
@@ -63,13 +69,6 @@ class Progress:
 # --------------------------------------------------------------------------- pure logic
 
 
-def int_at_least(value: Any, key: str, minimum: int = 1) -> int:
-    """`value` if it is an integer >= minimum; KbfuseError naming `key` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise KbfuseError(f"{key} is {value!r}: it must be an integer >= {minimum}")
-    return value
-
-
 def check_protocol(protocol: Mapping[str, Any]) -> dict:
     """The timing protocol as a plain dict of its five integer keys; KbfuseError otherwise."""
     if not isinstance(protocol, Mapping):
@@ -89,57 +88,6 @@ def check_protocol(protocol: Mapping[str, Any]) -> dict:
     return checked
 
 
-def round_orders(names: Sequence[str], rounds: int, order_seed: int) -> list[list[str]]:
-    """One freshly shuffled order of `names` per round, reproducible from `order_seed`."""
-    names = list(names)
-    if not names:
-        raise KbfuseError("round_orders: no implementations to order")
-    if len(set(names)) != len(names):
-        raise KbfuseError(f"round_orders: implementation names repeat: {names}")
-    int_at_least(rounds, "rounds")
-    rng = random.Random(order_seed)
-    orders = []
-    for _ in range(rounds):
-        order = list(names)
-        rng.shuffle(order)
-        orders.append(order)
-    return orders
-
-
-def _checked_samples(samples: Sequence[float], what: str) -> np.ndarray:
-    values = np.asarray(list(samples), dtype=np.float64)
-    if values.ndim != 1 or values.size == 0:
-        raise KbfuseError(f"{what}: need at least one sample, got {list(samples)!r}")
-    if not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise KbfuseError(f"{what}: samples must be finite and positive, got {values.tolist()}")
-    return values
-
-
-def stats(samples: Sequence[float]) -> dict:
-    """Median and quartiles (numpy percentiles 25/50/75) of per-round samples in ms."""
-    values = _checked_samples(samples, "stats")
-    q1, median, q3 = np.percentile(values, [25, 50, 75])
-    return {
-        "median_ms": float(median),
-        "q1_ms": float(q1),
-        "q3_ms": float(q3),
-        "samples_ms": [float(v) for v in values],
-    }
-
-
-def paired_ratios(baseline_samples: Sequence[float], variant_samples: Sequence[float]) -> dict:
-    """Per-round baseline/variant time ratios (> 1: variant faster): median and quartiles."""
-    base = _checked_samples(baseline_samples, "paired_ratios baseline")
-    variant = _checked_samples(variant_samples, "paired_ratios variant")
-    if base.size != variant.size:
-        raise KbfuseError(
-            f"paired_ratios: {base.size} baseline samples but {variant.size} variant samples; "
-            "ratios are paired per round"
-        )
-    q1, median, q3 = np.percentile(base / variant, [25, 50, 75])
-    return {"median": float(median), "q1": float(q1), "q3": float(q3)}
-
-
 def best_compiled(measurements: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The faster of TorchScript and Inductor by median (None when neither was timed)."""
     timed = [name for name in COMPILED_BASELINES if name in measurements]
@@ -150,25 +98,29 @@ def best_compiled(measurements: Mapping[str, Mapping[str, Any]]) -> str | None:
 
 def assemble_scope(
     samples: Mapping[str, Sequence[float]],
+    positions: Mapping[str, Sequence[int]],
     baseline_names: Sequence[str],
     variant_names: Sequence[str],
 ) -> tuple[dict, dict]:
-    """(measurements, ratios) of one scope/method from its raw per-round samples."""
+    """(measurements, ratios) of one scope/method from its raw per-round samples and the
+    position each sample ran at in its round."""
     expected = [*baseline_names, *variant_names]
-    missing = [name for name in expected if name not in samples]
+    missing = [name for name in expected if name not in samples or name not in positions]
     if missing:
         raise KbfuseError(f"no samples for {missing}")
-    measurements = {name: stats(samples[name]) for name in expected}
+    measurements = {name: stats(samples[name], positions[name]) for name in expected}
     best = best_compiled({name: measurements[name] for name in baseline_names})
+    cycle = len(expected)
     ratios = {}
     for variant in variant_names:
         entry = {
-            f"vs_{name}": paired_ratios(samples[name], samples[variant]) for name in baseline_names
+            f"vs_{name}": paired_ratios(samples[name], samples[variant], cycle)
+            for name in baseline_names
         }
         if best is not None:
             entry["vs_best_compiled"] = {
                 "baseline": best,
-                **paired_ratios(samples[best], samples[variant]),
+                **paired_ratios(samples[best], samples[variant], cycle),
             }
         ratios[variant] = entry
     return measurements, ratios
@@ -197,31 +149,62 @@ def gate(
     return eligible, skipped
 
 
+def _malformed_result(result: Mapping) -> str | None:
+    """Why a correctness result's passed/failing_checks cannot be trusted, or None."""
+    passed = result.get("passed")
+    failing = result.get("failing_checks")
+    if not isinstance(passed, bool):
+        return f"corrupt correctness record: passed is {passed!r}, not a boolean"
+    if not isinstance(failing, list) or not all(isinstance(c, str) for c in failing):
+        return f"corrupt correctness record: failing_checks is {failing!r}"
+    return None
+
+
+def _verdict(result: Mapping) -> tuple[str | None, list[str]]:
+    """(None, []) for a passing well-formed result; (reason, failing checks) otherwise."""
+    malformed = _malformed_result(result)
+    if malformed:
+        return malformed, []
+    failing = list(result["failing_checks"])
+    if not result["passed"]:
+        return f"failed correctness (official predicate): {len(failing)} failing check(s)", failing
+    if failing:
+        return "corrupt correctness record: passed is true but failing_checks is not empty", failing
+    return None, []
+
+
+def _record_problem(record: Any, kind: str, task: int | None) -> str | None:
+    """Why a correctness record file cannot be used at all, or None."""
+    if record is None:
+        return "no correctness record"
+    if isinstance(record, BaseException):
+        return f"unreadable correctness record: {record}"
+    if not isinstance(record, Mapping):
+        return f"corrupt correctness record: not a JSON object ({type(record).__name__})"
+    if record.get("kind") != kind:
+        return f"corrupt correctness record: kind is {record.get('kind')!r}"
+    if task is not None and record.get("task") != task:
+        return f"correctness record is for task {record.get('task')!r}, not {task}"
+    return None
+
+
 def _gate_one(
     variant: str, record: Any, task: int | None, artifact: str | None
 ) -> tuple[str | None, list[str]]:
-    if record is None:
-        return "no correctness record", []
-    if isinstance(record, BaseException):
-        return f"unreadable correctness record: {record}", []
-    if not isinstance(record, Mapping):
-        return f"corrupt correctness record: not a JSON object ({type(record).__name__})", []
-    if record.get("kind") != "correctness":
-        return f"corrupt correctness record: kind is {record.get('kind')!r}", []
-    passed = record.get("passed")
-    failing = record.get("failing_checks")
-    if not isinstance(passed, bool):
-        return f"corrupt correctness record: passed is {passed!r}, not a boolean", []
-    if not isinstance(failing, list) or not all(isinstance(c, str) for c in failing):
-        return f"corrupt correctness record: failing_checks is {failing!r}", []
+    problem = _record_problem(record, "correctness", None)
+    if problem is None:
+        problem = _malformed_result(record)
+    if problem:
+        return problem, []
     if record.get("implementation") != variant:
         return (
             f"correctness record is for implementation {record.get('implementation')!r}, "
             f"not {variant!r}",
             [],
         )
-    if task is not None and record.get("task") != task:
-        return f"correctness record is for task {record.get('task')!r}, not {task}", []
+    problem = _record_problem(record, "correctness", task)
+    if problem:
+        return problem, []
     checked = (record.get("provenance") or {}).get("artifact_sha256")
     if artifact is not None and checked != artifact:
         return (
@@ -229,30 +212,53 @@ def _gate_one(
             f"has sha256 {artifact}",
             [],
         )
-    if not passed:
-        return (
-            f"failed correctness (official predicate): {len(failing)} failing check(s)",
-            list(failing),
-        )
-    if failing:
-        return "corrupt correctness record: passed is true but failing_checks is not empty", list(
-            failing
-        )
-    return None, []
+    return _verdict(record)
+
+
+def gate_baselines(
+    record: Any, baseline_names: Sequence[str], task: int | None = None
+) -> tuple[list[str], dict[str, dict]]:
+    """Split baselines into (eligible, skipped) by the task's baselines correctness record
+    (results/correctness/{task}/baselines.json, `run_baselines`). Eager is the reference every
+    check compares with, so it is always eligible; TorchScript and Inductor need a passing
+    result in the record, like a variant."""
+    eligible: list[str] = []
+    skipped: dict[str, dict] = {}
+    problem = _record_problem(record, "correctness_baselines", task)
+    results = {} if problem else record.get("implementations")
+    if not problem and not isinstance(results, Mapping):
+        problem = f"corrupt correctness record: implementations is {results!r}"
+    for name in baseline_names:
+        if name == "eager":
+            eligible.append(name)
+            continue
+        reason, failing = problem, []
+        if reason is None:
+            result = results.get(name)
+            if not isinstance(result, Mapping):
+                reason = f"no correctness result for baseline {name!r}"
+            else:
+                reason, failing = _verdict(result)
+        if reason is None:
+            eligible.append(name)
+        else:
+            skipped[name] = {"reason": reason, "failing_checks": failing}
+    return eligible, skipped
+
+
+def read_record(path: str | os.PathLike | None) -> Any:
+    """The parsed JSON of a record file, None when missing, or the exception reading it."""
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return read_json(path)
+    except (OSError, ValueError) as exc:
+        return KbfuseError(f"{path}: {exc}")
 
 
 def read_correctness_records(paths: Mapping[str, str | os.PathLike | None]) -> dict[str, Any]:
     """Variant -> parsed record, None (missing file) or the exception raised reading it."""
-    records: dict[str, Any] = {}
-    for variant, path in paths.items():
-        if path is None or not Path(path).is_file():
-            records[variant] = None
-            continue
-        try:
-            records[variant] = read_json(path)
-        except (OSError, ValueError) as exc:
-            records[variant] = KbfuseError(f"{path}: {exc}")
-    return records
+    return {variant: read_record(path) for variant, path in paths.items()}
 
 
 def check_names(baseline_names: Sequence[str], variant_names: Sequence[str]) -> list[str]:
@@ -284,95 +290,6 @@ def read_metas(variants: Mapping[str, tuple]) -> dict[str, dict]:
 
 
 # --------------------------------------------------------------------------- GPU timing
-
-
-def time_interleaved(
-    impls: Mapping[str, Callable[[], Any]],
-    method: str,
-    warmup: int,
-    rounds: int,
-    invocations_per_pair: int,
-    order_seed: int,
-    log: Callable[[str], None] | None = None,
-) -> dict[str, list[float]]:
-    """Per-round samples (ms per invocation) of zero-argument callables, interleaved.
-
-    "events": each sample brackets `invocations_per_pair` direct calls with CUDA events.
-    "graph": after warm-up (on a side stream, as capture requires) each callable is captured
-    once into its own CUDA graph; each sample brackets that many replays.
-    """
-    import torch
-
-    if method not in METHODS:
-        raise KbfuseError(f"timing method {method!r} is unknown; known: {list(METHODS)}")
-    int_at_least(warmup, "warmup")
-    int_at_least(invocations_per_pair, "invocations_per_pair")
-    names = list(impls)
-    orders = round_orders(names, rounds, order_seed)
-    say = log or _logger.info
-
-    say(f"{method}: warm-up {warmup} x {len(names)} implementations ({', '.join(names)})")
-    if method == "events":
-        for _ in range(warmup):
-            for name in names:
-                impls[name]()
-        torch.cuda.synchronize()
-        runners = dict(impls)
-        keep_alive: list[Any] = []
-    else:
-        runners, keep_alive = _capture_graphs(impls, warmup, say)
-
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    stream = torch.cuda.current_stream()
-    for index, order in enumerate(orders):
-        pending = []
-        for name in order:
-            run = runners[name]
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            for _ in range(invocations_per_pair):
-                run()
-            end.record(stream)
-            pending.append((name, start, end))
-        torch.cuda.synchronize()
-        for name, start, end in pending:
-            samples[name].append(start.elapsed_time(end) / invocations_per_pair)
-        say(f"{method}: round {index + 1}/{rounds} order {order}")
-    del keep_alive
-    return samples
-
-
-def _capture_graphs(
-    impls: Mapping[str, Callable[[], Any]], warmup: int, say: Callable[[str], None]
-) -> tuple[dict[str, Callable[[], None]], list[Any]]:
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            for fn in impls.values():
-                fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-
-    runners: dict[str, Callable[[], None]] = {}
-    keep_alive: list[Any] = []
-    for name, fn in impls.items():
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph):
-                static_output = fn()
-        except Exception as exc:
-            raise KbfuseError(f"capturing {name!r} in a CUDA graph failed: {exc}") from exc
-        keep_alive.append((graph, static_output))
-        runners[name] = graph.replay
-        say(f"graph: captured {name}")
-    for replay in runners.values():  # the first replay uploads the graph: not timed
-        replay()
-    torch.cuda.synchronize()
-    return runners, keep_alive
 
 
 def scope_impls(
@@ -418,8 +335,13 @@ def measure_program(
     modules: Mapping[str, Any],
     protocol: Mapping[str, int],
     say: Callable[[str], None],
+    labels: Sequence[Any] = (),
 ) -> dict:
-    """Time both scopes with both methods; {measurements, ratios, tail_bytes}."""
+    """Time both scopes with both methods; {measurements, ratios, tail_bytes}.
+
+    Each scope/method block gets its own balanced round orders, seeded from the protocol's
+    order seed and `labels` (the task, and the control's name) plus the block's key.
+    """
     import torch
 
     with torch.no_grad():
@@ -431,17 +353,17 @@ def measure_program(
             for method in METHODS:
                 key = f"{scope}/{method}"
                 say(f"timing {key}: {', '.join(impls)}")
-                samples = time_interleaved(
+                samples, positions = time_interleaved(
                     impls,
                     method,
                     warmup=protocol["warmup"],
                     rounds=protocol["rounds"],
                     invocations_per_pair=protocol["invocations_per_pair"],
-                    order_seed=protocol["order_seed"],
+                    seed=block_seed(protocol["order_seed"], *labels, scope, method),
                     log=say,
                 )
                 measurements[key], ratios[key] = assemble_scope(
-                    samples, baseline_names, list(modules)
+                    samples, positions, baseline_names, list(modules)
                 )
                 for name, entry in measurements[key].items():
                     say(f"{key} {name}: median {entry['median_ms']:.6f} ms")
@@ -470,10 +392,36 @@ def gate_variants(
     return gate(records, task=task, artifact_sha256=artifacts)
 
 
+def gate_implementations(
+    task: int,
+    variants: Mapping[str, tuple],
+    correctness: Mapping[str, str | os.PathLike],
+    baselines_record: str | os.PathLike,
+    baselines: Sequence[str],
+    say: Callable[[str], None],
+) -> dict:
+    """Everything the timing stages gate on, read and checked before any GPU work:
+    {baselines, variants (the eligible ones, config order), skipped, metas}."""
+    baseline_names = check_names(baselines, list(variants))
+    metas = read_metas(variants)
+    timed_baselines, skipped = gate_baselines(read_record(baselines_record), baseline_names, task)
+    eligible, skipped_variants = gate_variants(task, variants, correctness, metas)
+    skipped.update(skipped_variants)
+    for name, entry in skipped.items():
+        say(f"task {task}: {name} not timed: {entry['reason']} {entry['failing_checks']}")
+    return {
+        "baselines": timed_baselines,
+        "variants": eligible,
+        "skipped": skipped,
+        "metas": metas,
+    }
+
+
 def run_timing(
     task: int,
     variants: Mapping[str, tuple],
     correctness: Mapping[str, str | os.PathLike],
+    baselines_record: str | os.PathLike,
     checkout: str | os.PathLike,
     pin_path: str | os.PathLike,
     baselines: Sequence[str],
@@ -481,31 +429,30 @@ def run_timing(
     out: str | os.PathLike,
     log: str | os.PathLike | None = None,
 ) -> dict:
-    """Gate, then time eager/TorchScript/Inductor and each eligible variant; write timing JSON.
+    """Gate, then time eager and every baseline and variant that passed correctness; write
+    the timing JSON.
 
     `variants`: name -> (artifact, meta.json) in config order; `correctness`: name ->
-    results/correctness/{task}/{name}.json. Skipped variants are never loaded.
+    results/correctness/{task}/{name}.json; `baselines_record`: the task's
+    results/correctness/{task}/baselines.json. Skipped variants are never loaded.
     """
     import torch
 
     say = Progress(log)
     protocol = check_protocol(protocol)
-    baseline_names = check_names(baselines, list(variants))
-    metas = read_metas(variants)
-    eligible, skipped = gate_variants(task, variants, correctness, metas)
-    for variant, entry in skipped.items():
-        say(f"task {task}: skipping {variant}: {entry['reason']} {entry['failing_checks']}")
+    gated = gate_implementations(task, variants, correctness, baselines_record, baselines, say)
+    metas, eligible, baseline_names = gated["metas"], gated["variants"], gated["baselines"]
 
     pin = kernelbench.read_pin(pin_path)
     spec = kernelbench.load_task(checkout, pin, task)
     tail = tails.tail_for(task)
-    baseline_builders.set_numerics()
+    numerics = baseline_builders.set_numerics()
     model = kernelbench.build_model(spec, seed=protocol["input_seed"])
     x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
     modules = load_modules(variants, eligible, metas)
     say(f"task {task}: timing {baseline_names + eligible}, input {tuple(x.shape)}")
 
-    timed = measure_program(model, x, tail, baseline_names, modules, protocol, say)
+    timed = measure_program(model, x, tail, baseline_names, modules, protocol, say, (task,))
     batch, in_features = spec.input_shape()
     result = {
         "kind": "timing",
@@ -514,17 +461,19 @@ def run_timing(
         "provenance": {
             "pin_commit": spec.pin_commit,
             "task_sha256": spec.sha256,
+            "weights_sha256": weights_sha256(model),
             "artifacts": {v: metas[v]["artifact_sha256"] for v in eligible},
             "kernels": {v: metas[v]["kernel"] for v in eligible},
         },
         "protocol": protocol,
+        "numerics": numerics,
         "shape": {
             "batch": batch,
             "in_features": in_features,
             "out_features": int(tail.linear(model).out_features),
         },
         "timed": baseline_names + eligible,
-        "skipped": skipped,
+        "skipped": gated["skipped"],
         "measurements": timed["measurements"],
         "ratios": timed["ratios"],
         "tail_bytes": timed["tail_bytes"],

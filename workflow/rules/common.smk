@@ -163,5 +163,6 @@ def controls_inputs(wildcards):
         **task_inputs(wildcards),
         "artifacts": artifact_files(),
         "correctness": list(correctness_files(wildcards.task).values()),
+        "baselines": f"results/correctness/{wildcards.task}/baselines.json",
         "code": module_files("controls"),
     }

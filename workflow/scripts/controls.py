@@ -7,6 +7,7 @@ with job(snakemake.log[0], "controls", gpu=True):
         task=int(snakemake.wildcards.task),
         variants=snakemake.params.artifacts,
         correctness=snakemake.params.correctness,
+        baselines_record=snakemake.input.baselines,
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,
         baselines=snakemake.params.baselines,

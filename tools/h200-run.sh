@@ -3,12 +3,16 @@
 # carried Snakemake wheels, run the whole study against the carried KernelBench clone,
 # build the HTML report, run the GPU tests, and pack results and logs into $OUT.
 #   carry: .whl (bash ../shared/device/snakemake-wheels.sh + matplotlib wheels), .kb
-#   usage: bash tools/h200-run.sh [study|tests|startup|all] [pytest paths...]
-#   study: the study, its report and the benchmarks that read it (tail roofline, dry-run
-#   overhead, ncu of the tails); tests: the GPU tests; startup: the GPU-job start-up benchmark.
+#   usage: bash tools/h200-run.sh MODES [pytest paths...], MODES a comma-separated list of
+#   study: the study and its HTML report; benchmarks: the benchmarks that read the study's
+#   results (tail roofline, dry-run overhead, ncu of the tails); tests: the GPU tests (with a
+#   time limit of $PYTEST_TIMEOUT s); startup: the GPU-job start-up benchmark; all: study,
+#   benchmarks and tests.
 set -uo pipefail
 what="${1:-all}"
 shift || true
+[ "$what" = all ] && what=study,benchmarks,tests
+has() { case ",$what," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 export PYTHONUNBUFFERED=1
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 # At most 8 files come back from the device's $OUT: everything is written to a work folder
@@ -16,7 +20,7 @@ export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 RETURN="${OUT:-/tmp/kbfuse-return}"
 OUT=/tmp/kbfuse-out
 mkdir -p "$OUT" "$RETURN"
-commit=423217d9fda91e0c2d67e4a43bf62f96f6d104f1
+commit=$(python3 -c 'import yaml; print(yaml.safe_load(open("config/config.yaml"))["kernelbench"]["commit"])')
 stamp() { echo "== $(date -u +%FT%TZ) $*" | tee -a "$OUT/phases.txt"; }
 
 stamp install
@@ -27,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 
 rc=0
 kb="kernelbench={url: $PWD/.kb/KernelBench, commit: $commit}"
-if [ "$what" = study ] || [ "$what" = all ]; then
+if has study; then
   stamp study start
   start=$(date +%s)
   python3 -m snakemake --cores 1 --keep-going all --config "$kb" > "$OUT/study.log" 2>&1 || rc=$?
@@ -35,6 +39,8 @@ if [ "$what" = study ] || [ "$what" = all ]; then
   tail -n 30 "$OUT/study.log"
   stamp report
   python3 -m snakemake --report results/report.html --config "$kb" > "$OUT/report.log" 2>&1
+fi
+if has benchmarks; then
   stamp benchmarks
   python3 benchmarks/tail_roofline.py --results results --json "$OUT/tail_roofline.json" \
     --markdown "$OUT/tail_roofline.md" 2>&1 | tee "$OUT/benchmarks.log"
@@ -46,7 +52,7 @@ if [ "$what" = study ] || [ "$what" = all ]; then
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
     python3 benchmarks/tail_kernels.py --variants $variants > "$OUT/ncu.txt" 2>&1
 fi
-if [ "$what" = startup ]; then  # on its own: about 250 s (call 8 in docs/device-runs.md)
+if has startup; then  # on its own: about 250 s (call 8 in docs/device-runs.md)
   stamp startup
   python3 -m snakemake --cores 4 results/kernelbench/tasks/53.json --config "$kb" > "$OUT/pin.log" 2>&1
   timeout 330 python3 benchmarks/gpu_job_startup.py --checkout results/kernelbench/checkout \
@@ -54,7 +60,7 @@ if [ "$what" = startup ]; then  # on its own: about 250 s (call 8 in docs/device
     --json "$OUT/gpu_job_startup.json" --markdown "$OUT/gpu_job_startup.md" 2>&1 \
     | tail -n 30 | tee "$OUT/benchmarks.log"
 fi
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if has tests; then
   stamp gpu tests
   timeout "${PYTEST_TIMEOUT:-520}" python3 -m pytest -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -n 25
 fi

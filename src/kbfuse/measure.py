@@ -97,14 +97,21 @@ def interleave(
     label: str = "",
 ) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     """(samples, positions): per name, one `measure_pair(runner)` per round, in the round's
-    order, and the position it ran at in that round."""
+    order, and the position it ran at in that round.
+
+    Nothing but the measurements runs between two samples, round boundaries included: the
+    progress lines are written once every round is measured. (A log line written between
+    rounds left the GPU idle longer before each round's first sample, and on a GPU whose
+    clocks follow its load that sample was measurably slower.)
+    """
     samples: dict[str, list[float]] = {name: [] for name in runners}
     positions: dict[str, list[int]] = {name: [] for name in runners}
-    for index, order in enumerate(orders):
+    for order in orders:
         for position, name in enumerate(order):
             samples[name].append(float(measure_pair(runners[name])))
             positions[name].append(position)
-        if log is not None:
+    if log is not None:
+        for index, order in enumerate(orders):
             log(f"{label}round {index + 1}/{len(orders)} order {list(order)}")
     return samples, positions
 

@@ -37,7 +37,7 @@ from kbfuse.measure import (
 )
 from kbfuse.weights import weights_sha256
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 1
 SCOPES = ("full", "tail")
 MEASUREMENT_KEYS = tuple(f"{scope}/{method}" for scope in SCOPES for method in METHODS)
 BASELINES = baseline_builders.IMPLEMENTATIONS  # ("eager", "torchscript", "inductor")

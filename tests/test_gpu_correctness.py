@@ -691,9 +691,10 @@ def test_noftz_variant_passes_and_is_bit_identical_everywhere(pinned, artifacts,
     expected_full = {f"seed{s}/{d}" for s in SEEDS for d in DISTRIBUTIONS}
     assert expected_full <= set(cases)
     assert f"timing/seed{INPUT_SEED}/uniform" in cases
-    graph = ["graph/new_input", "graph/new_weights"] + (
-        ["graph/new_add_value"] if task == 95 else []
-    )
+    nudges = ["graph/input_mul_0.9", "graph/weight_add_1e-5"]
+    nudges += ["graph/add_value_add_0.01"] if task == 95 else []
+    graph = nudges + ["graph/new_input", "graph/new_weights"]
+    graph += ["graph/new_add_value"] if task == 95 else []
     assert [c["name"] for c in record["cases"] if c["group"] == "graph_replay"] == graph
     assert record["graph_capture"] == {"capturable": True, "error": None}
     unequal = {
@@ -779,7 +780,7 @@ def test_graph_replay_restores_the_parameters_it_changes(pinned, artifacts):
     mod = LoadedModule.load(artifact, read_json(meta))
     subject = correctness.variant_subject("noftz", mod, tail_for(95), model)
     cases, capture = checks.graph_replay(subject)
-    assert capture["capturable"] and [c["bit_equal"] == c["elements"] for c in cases] == [True] * 3
+    assert capture["capturable"] and [c["bit_equal"] == c["elements"] for c in cases] == [True] * 6
     for name, param in model.named_parameters():
         assert torch.equal(bits(param.detach()), bits(before[name])), name
 
@@ -817,6 +818,8 @@ def test_run_baselines_checks_torchscript_and_inductor(pinned, tmp_path):
     assert graph["graph/new_input"]["official_pass"]
     assert graph["graph/new_weights"]["official_pass"]  # parameters are inputs of the graph
     assert graph["graph/new_add_value"]["official_pass"]
+    assert graph["graph/weight_add_1e-5"]["official_pass"]
+    assert graph["graph/add_value_add_0.01"]["official_pass"]
 
 
 @pytest.mark.gpu

@@ -57,7 +57,7 @@ CONTROLS = {
     "ftz_cost": {"rounds": 3, "replays_per_pair": 2},
     "witness81_inputs": [-88.0, -87.5],
 }
-# The study's witness: PyTorch's task-81 tail at -88 (a subnormal sigmoid on the way); flushed: -0.0.
+# The study's witness: eager task 81 at -88 (a subnormal sigmoid on the way); flushed: -0.0.
 EAGER_81_AT_MINUS_88 = -2.6640246534862188e-37
 
 

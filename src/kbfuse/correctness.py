@@ -13,8 +13,9 @@ of four groups:
 - `tail_control`: the tail alone on the real linear output, on boundary values (clamp
   bounds and their float32 neighbours, the inputs that land on them, zeros, subnormals,
   large values) and on non-finite values mixed with finite ones;
-- `graph_replay`: the program captured in a CUDA graph, replayed after changing the input,
-  the linear weights and (task 95) the add parameter in place.
+- `graph_replay`: the program captured in a CUDA graph, replayed after changing in place, as
+  the study did, the input (`mul_(0.9)`), the linear weight (`add_(1e-5)`) and task 95's add
+  parameter (`add_(0.01)`), then after replacing each by a fresh draw.
 
 The gate (`passed`) is the official predicate, torch.allclose(reference, candidate, atol,
 rtol) with equal_nan=False, on every case. One exception is forced by that predicate: where
@@ -496,6 +497,18 @@ class TaskChecks:
         replay = _Replay(graph, static_x, static_out)
         cases = []
         try:
+            # The study's own mutations first: small in-place nudges ...
+            with torch.no_grad():
+                static_x.mul_(0.9)
+            cases.append(self.replay_case(replay, "graph/input_mul_0.9", subject))
+            with torch.no_grad():
+                self.linear.weight.add_(1e-5)
+            cases.append(self.replay_case(replay, "graph/weight_add_1e-5", subject))
+            if self.spec.task == 95:
+                with torch.no_grad():
+                    self.tail.add_value(self.model).add_(0.01)
+                cases.append(self.replay_case(replay, "graph/add_value_add_0.01", subject))
+            # ... then fresh draws, which a replay of stale data cannot pass by being close.
             with torch.no_grad():
                 static_x.copy_(self.input("uniform", GRAPH_REPLAY_SEED))
             cases.append(self.replay_case(replay, "graph/new_input", subject))

@@ -2,7 +2,7 @@
 # One call on the offline GPU machine (see docs/device-runs.md): install kbfuse and the
 # carried Snakemake wheels, run the whole study against the carried KernelBench clone,
 # build the HTML report, run the GPU tests, and pack results and logs into $OUT.
-#   carry: .whl (bash ../shared/device/snakemake-wheels.sh + matplotlib wheels), .kb
+#   carry: .whl (the Snakemake wheels), .kb (a clone of KernelBench at the pin), .nvrtc12
 #   usage: bash tools/h200-run.sh MODES [pytest paths...], MODES a comma-separated list of
 #   study: the study and its HTML report; benchmarks: the benchmarks that read the study's
 #   results (tail roofline, dry-run overhead, ncu of the tails); tests: the GPU tests (with a
@@ -27,10 +27,16 @@ stamp install
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+# NVRTC 12.9 (the nvrtc12-* variants) travels as its two libraries, xz-compressed, in
+# .nvrtc12/ (unzip the nvidia-cuda-nvrtc-cu12 12.9.86 wheel's nvidia/cuda_nvrtc/lib/*.so*).
+if [ -d .nvrtc12 ]; then
+  mkdir -p /tmp/nvrtc12 && for f in .nvrtc12/*.xz; do xz -dc "$f" > "/tmp/nvrtc12/$(basename "$f" .xz)"; done
+  export KBFUSE_NVRTC_PATH=/tmp/nvrtc12
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
 rc=0
-kb="kernelbench={url: $PWD/.kb/KernelBench, commit: $commit}"
+kb="kernelbench={url: $PWD/.kb/KernelBench.git, commit: $commit}"
 if has study; then
   stamp study start
   start=$(date +%s)

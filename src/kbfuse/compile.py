@@ -11,6 +11,7 @@ its other options).
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import shlex
@@ -24,9 +25,11 @@ from pathlib import Path
 from kbfuse import cudacache, disasm, kernelsrc, nvrtc, routes
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
-from kbfuse.io import sha256_bytes, write_bytes, write_json, write_text
+from kbfuse.io import sha256_bytes, sha256_file, write_bytes, write_json, write_text
 
 ARCH_PATTERN = re.compile(r"^sm_(\d{2,3})([af]?)$")
+NVRTC_VERSION_PATTERN = re.compile(r"^\d+(\.\d+)?$")
+NVRTC_ROUTES = ("nvrtc-cubin", "nvrtc-ptx")  # the routes that compile through kbfuse.nvrtc
 PTX_ROUTE_NOTE = "PTX: SASS produced by the driver at load"
 
 
@@ -49,6 +52,24 @@ class Compiled:
 # --- inputs ---------------------------------------------------------------------------------
 
 
+def nvrtc_version(variant: str, spec: Mapping) -> str | None:
+    """The NVRTC version a variant asks for (`nvrtc: "12.9"`), None for the default one;
+    KbfuseError when it is malformed or names NVRTC on a route that does not use ours."""
+    wanted = spec.get("nvrtc")
+    if wanted is None:
+        return None
+    if not isinstance(wanted, str) or not NVRTC_VERSION_PATTERN.match(wanted):
+        raise KbfuseError(
+            f'variant {variant!r}: nvrtc must be a version such as "12.9" or "13", got {wanted!r}'
+        )
+    if spec.get("route") not in NVRTC_ROUTES:
+        raise KbfuseError(
+            f"variant {variant!r}: nvrtc {wanted!r} applies only to the routes "
+            f"{list(NVRTC_ROUTES)}, not {spec.get('route')!r}"
+        )
+    return wanted
+
+
 def check_spec(variant: str, spec) -> tuple[str, str, list[str]]:
     """(route, kernel, options) of a variant spec, or KbfuseError naming the bad key."""
     if not isinstance(spec, Mapping):
@@ -62,6 +83,7 @@ def check_spec(variant: str, spec) -> tuple[str, str, list[str]]:
     problems = routes.option_problems(route, options)
     if problems:
         raise KbfuseError(f"variant {variant!r}: " + "; ".join(problems))
+    nvrtc_version(variant, spec)
     return route, kernel, list(options)
 
 
@@ -108,25 +130,29 @@ def _ensure_isolated(scratch_dir) -> None:
 # --- NVRTC routes ---------------------------------------------------------------------------
 
 
-def _nvrtc_compiler(result: nvrtc.NvrtcResult) -> dict:
+def _nvrtc_compiler(result: nvrtc.NvrtcResult, requested: str | None) -> dict:
     return {
         "name": "nvrtc",
+        "requested_version": requested,
         "version": result.version,
         "full_version": result.full_version,
         "library": result.library,
+        "library_sha256": sha256_file(result.library) if Path(result.library).is_file() else None,
     }
 
 
-def compile_nvrtc_cubin(source: str, options: list[str], arch: str, name: str) -> Compiled:
+def compile_nvrtc_cubin(
+    source: str, options: list[str], arch: str, name: str, version: str | None = None
+) -> Compiled:
     passed = [*routes.effective_options("nvrtc-cubin", options), f"-arch={arch}"]
-    result = nvrtc.compile_program(source, passed, name)
+    result = nvrtc.compile_program(source, passed, name, version)
     ptx, ptx_note = result.ptx, "PTX from the same NVRTC compile (nvrtcGetPTX)"
     if ptx is None:
         ptx_options = [
             *routes.effective_options("nvrtc-cubin", options),
             f"-arch={virtual_arch(arch)}",
         ]
-        ptx = nvrtc.compile_program(source, ptx_options, name).ptx
+        ptx = nvrtc.compile_program(source, ptx_options, name, version).ptx
         ptx_note = (
             f"PTX from a second NVRTC compile with the same options and -arch={virtual_arch(arch)} "
             "(this NVRTC returns no PTX for sm_ targets)"
@@ -135,7 +161,7 @@ def compile_nvrtc_cubin(source: str, options: list[str], arch: str, name: str) -
         artifact=result.cubin,
         artifact_kind="cubin",
         actual_options=list(result.options),
-        compiler=_nvrtc_compiler(result),
+        compiler=_nvrtc_compiler(result, version),
         log=result.log,
         ptx=ptx,
         ptx_note=ptx_note,
@@ -143,14 +169,16 @@ def compile_nvrtc_cubin(source: str, options: list[str], arch: str, name: str) -
     )
 
 
-def compile_nvrtc_ptx(source: str, options: list[str], arch: str, name: str) -> Compiled:
+def compile_nvrtc_ptx(
+    source: str, options: list[str], arch: str, name: str, version: str | None = None
+) -> Compiled:
     passed = [*routes.effective_options("nvrtc-ptx", options), f"-arch={virtual_arch(arch)}"]
-    result = nvrtc.compile_program(source, passed, name)
+    result = nvrtc.compile_program(source, passed, name, version)
     return Compiled(
         artifact=result.ptx.encode(),
         artifact_kind="ptx",
         actual_options=list(result.options),
-        compiler=_nvrtc_compiler(result),
+        compiler=_nvrtc_compiler(result, version),
         log=result.log,
         ptx=result.ptx,
         ptx_note="the artifact itself",
@@ -490,7 +518,12 @@ def compile_variant(
             find_nvcc()  # fail before any other work
         _ensure_isolated(scratch_dir)
         arch = resolve_arch(arch)
-        compiled = COMPILERS[route](unit.text, options, arch, source_path.name)
+        compile_with = COMPILERS[route]
+        version = nvrtc_version(variant, spec)
+        if version is not None:
+            nvrtc.load_library(version)  # a missing toolchain: one line, before any work
+            compile_with = functools.partial(compile_with, version=version)
+        compiled = compile_with(unit.text, options, arch, source_path.name)
         if compiled.artifact_kind != routes.ROUTES[route].artifact_kind:
             compiled.notes.append(
                 f"route {route} should give a {routes.ROUTES[route].artifact_kind}, "

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from kbfuse import kernelsrc
+from kbfuse.compile import NVRTC_ROUTES
 from kbfuse.errors import KbfuseError
 from kbfuse.routes import option_problems
 
@@ -52,6 +53,24 @@ def validate_schema(config: dict, schema: str | Path | None = None) -> dict:
         raise KbfuseError("invalid config:\n  " + "\n  ".join(lines))
     _fill_variant_defaults(config)
     config.setdefault("kernelbench", {}).setdefault("level", 2)
+    select_toolchains(config)
+    return config
+
+
+def select_toolchains(config: dict) -> dict:
+    """Leave out of the study every variant that names an NVRTC version (`nvrtc: "12.9"`) not
+    listed in `nvrtc_versions`; variants without `nvrtc` use the default NVRTC and always stay.
+    Done in place, so every stage, the summary and the manifest see the same variants."""
+    included = set(config.setdefault("nvrtc_versions", []))
+    config["variants"] = {
+        name: spec
+        for name, spec in config.get("variants", {}).items()
+        if spec.get("nvrtc") is None or spec["nvrtc"] in included
+    }
+    if not config["variants"]:
+        raise KbfuseError(
+            f"config key nvrtc_versions: {sorted(included)!r} leaves no variant in the study"
+        )
     return config
 
 
@@ -67,6 +86,11 @@ def check_config(config: Mapping[str, Any], kernels_dir: str | Path = "kernels")
         route, options = spec["route"], list(spec["options"])
         for problem in option_problems(route, options):
             problems.append(f"config key variants.{name}.options: {problem}")
+        if spec.get("nvrtc") is not None and route not in NVRTC_ROUTES:
+            problems.append(
+                f"config key variants.{name}.nvrtc: {spec['nvrtc']!r} applies only to the "
+                f"routes {list(NVRTC_ROUTES)}, not {route!r}"
+            )
         source = Path(kernels_dir) / f"{spec.get('kernel', 'naive')}.cu"
         if not source.is_file():
             problems.append(
@@ -106,9 +130,12 @@ def variant_spec(config: Mapping[str, Any], name: str) -> dict:
         raise KbfuseError(
             f"unknown variant {name!r}; configured: {sorted(config['variants'])}"
         ) from None
-    return {
+    resolved = {
         "name": name,
         "route": spec["route"],
         "kernel": spec.get("kernel", "naive"),
         "options": list(spec["options"]),
     }
+    if spec.get("nvrtc") is not None:
+        resolved["nvrtc"] = spec["nvrtc"]
+    return resolved

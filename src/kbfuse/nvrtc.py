@@ -1,14 +1,22 @@
 """ctypes binding to libnvrtc: compile CUDA C++ to PTX and, for sm_XY targets, a cubin.
 
 No CUDA driver, GPU or CuPy is needed: the pip wheel `nvidia-cuda-nvrtc` is enough. The library is
-searched in this order (first hit wins):
+searched in this order:
 
 1. the file named by the environment variable KBFUSE_NVRTC_LIBRARY;
-2. the pip wheels, found through the `nvidia` namespace package: `nvidia/cu13/lib/libnvrtc.so.13`
+2. the directories listed in KBFUSE_NVRTC_PATH (os.pathsep-separated), for a library carried
+   outside any installation (e.g. to an offline machine);
+3. the pip wheels, found through the `nvidia` namespace package: `nvidia/cu13/lib/libnvrtc.so.13`
    (nvidia-cuda-nvrtc 13.x) and `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` (nvidia-cuda-nvrtc-cu12);
-3. `$CUDA_HOME/lib64` and `$CUDA_PATH/lib64`;
-4. `/usr/local/cuda/lib64`;
-5. `ctypes.util.find_library("nvrtc")`.
+4. `$CUDA_HOME/lib64` and `$CUDA_PATH/lib64`;
+5. `/usr/local/cuda/lib64`;
+6. `ctypes.util.find_library("nvrtc")`.
+
+`load_library()` takes the first hit. `load_library("12.9")` takes the first hit whose
+`nvrtcVersion()` is 12.9 (a version is a prefix: "12" takes any 12.x), so a study can compile one
+variant with NVRTC 13 and its twin with NVRTC 12 in the same process. That is why this binding is
+written by hand: a CUDA Python binding is built against one CUDA major, while libnvrtc.so.12 and
+libnvrtc.so.13 (and their builtins libraries) have distinct sonames and load side by side.
 
 Where a CUDA driver is installed, the first compile initialises it (cuInit runs inside NVRTC, even
 for a PTX-only compile; seen with NVRTC 13.0.88 and driver 580), and NVRTC's cubins then pass
@@ -30,6 +38,10 @@ from pathlib import Path
 from kbfuse.errors import KbfuseError
 
 LIBRARY_ENV = "KBFUSE_NVRTC_LIBRARY"
+PATH_ENV = "KBFUSE_NVRTC_PATH"
+# The pip package that brings NVRTC of a CUDA major, for the message when a version is missing.
+PACKAGE_FOR_MAJOR = {"12": "nvidia-cuda-nvrtc-cu12", "13": "nvidia-cuda-nvrtc"}
+EXTRA_FOR_MAJOR = {"12": "kbfuse[nvrtc12]", "13": "kbfuse[cuda13]"}
 
 # (path inside the `nvidia` namespace package, pip distribution that ships it)
 WHEEL_LIBRARIES = (
@@ -189,29 +201,84 @@ def _load(path: Path, source: str) -> NvrtcLibrary:
     )
 
 
-@functools.cache
-def load_library() -> NvrtcLibrary:
-    """Find and load libnvrtc (search order in the module docstring)."""
+def _path_candidates() -> list[tuple[Path, str]]:
+    found = []
+    for directory in filter(None, os.environ.get(PATH_ENV, "").split(os.pathsep)):
+        for name in SYSTEM_LIBRARY_NAMES:
+            path = Path(directory) / name
+            if path.is_file():
+                found.append((path.absolute(), f"{PATH_ENV} {directory}"))
+    return found
+
+
+def candidates() -> list[tuple[Path, str]]:
+    """Every libnvrtc file the search finds, in search order, with where it was found."""
+    found: list[tuple[Path, str]] = []
     override = os.environ.get(LIBRARY_ENV)
     if override:
         path = Path(override)
         if not path.is_file():
             raise KbfuseError(f"{LIBRARY_ENV}={override} does not name a file")
-        return _load(path.absolute(), LIBRARY_ENV)
-    wheels = _wheel_candidates()
-    if wheels:
-        path, dist = wheels[0]
-        return _load(path, f"pip wheel {dist}")
-    toolkits = _toolkit_candidates()
-    if toolkits:
-        return _load(*toolkits[0])
+        found.append((path.absolute(), LIBRARY_ENV))
+    found += _path_candidates()
+    found += [(path, f"pip wheel {dist}") for path, dist in _wheel_candidates()]
+    found += _toolkit_candidates()
     name = ctypes.util.find_library("nvrtc")
     if name:
-        return _load(Path(name), "ctypes.util.find_library")
-    raise KbfuseError(
-        "NVRTC library not found: set KBFUSE_NVRTC_LIBRARY, `pip install nvidia-cuda-nvrtc`, "
-        "or set CUDA_HOME to a CUDA toolkit"
+        found.append((Path(name), "ctypes.util.find_library"))
+    seen, unique = set(), []
+    for path, source in found:
+        key = path.resolve() if path.is_absolute() else path
+        if key not in seen:
+            seen.add(key)
+            unique.append((path, source))
+    return unique
+
+
+@functools.cache
+def _load_cached(path: Path, source: str) -> NvrtcLibrary:
+    return _load(path, source)
+
+
+def matches(version: str, wanted: str) -> bool:
+    """Does NVRTC "major.minor" `version` satisfy `wanted` ("12" or "12.9")?"""
+    return version == wanted or version.startswith(wanted + ".")
+
+
+def missing_message(wanted: str, tried: list[str]) -> str:
+    major = wanted.split(".")[0]
+    package = PACKAGE_FOR_MAJOR.get(major, f"an NVRTC {major}.x library")
+    extra = EXTRA_FOR_MAJOR.get(major)
+    how = f"pip install '{extra}' ({package} {wanted})" if extra else f"install {package}"
+    found = f"; found only {', '.join(tried)}" if tried else ""
+    return (
+        f"NVRTC {wanted} is not installed{found}: {how}, or set {PATH_ENV} to a directory "
+        f"holding its libnvrtc, or leave the variants that name it out of the study"
     )
+
+
+@functools.cache
+def load_library(version: str | None = None) -> NvrtcLibrary:
+    """The first libnvrtc of the search (module docstring), or with `version` the first whose
+    nvrtcVersion() matches it; KbfuseError naming what to install when there is none."""
+    found = candidates()
+    if version is None:
+        if found:
+            return _load_cached(*found[0])
+        raise KbfuseError(
+            "NVRTC library not found: set KBFUSE_NVRTC_LIBRARY, `pip install nvidia-cuda-nvrtc`, "
+            "or set CUDA_HOME to a CUDA toolkit"
+        )
+    tried = []
+    for path, source in found:
+        try:
+            lib = _load_cached(path, source)
+        except KbfuseError:
+            continue
+        if matches(lib.version, version):
+            return lib
+        tried.append(f"{lib.version} ({lib.path})")
+    raise KbfuseError(missing_message(version, tried))
 
 
 def _error_string(lib: NvrtcLibrary, code: int) -> str:
@@ -261,12 +328,15 @@ def targets_real_arch(options) -> bool:
     return False
 
 
-def compile_program(source: str, options, name: str = "kernel.cu") -> NvrtcResult:
-    """Compile `source` with exactly `options`; PTX always, cubin when the target is sm_XY.
+def compile_program(
+    source: str, options, name: str = "kernel.cu", version: str | None = None
+) -> NvrtcResult:
+    """Compile `source` with exactly `options`; PTX always, cubin when the target is sm_XY;
+    with the NVRTC of `version` when given (`load_library`).
 
     A compile failure raises KbfuseError carrying the full NVRTC log.
     """
-    lib = load_library()
+    lib = load_library(version)
     options = tuple(str(o) for o in options)
     prog = ctypes.c_void_p()
     _check(

@@ -265,7 +265,8 @@ _INT_COLUMNS = frozenset(
     elements elements_bit_equal bit_equal rounds on_rounds off_rounds bytes_moved ptx_ftz_count
     sass_ftz_count sass_ftz_internal batch in_features out_features nonfinite_reference
     nonfinite_candidate nonfinite_mismatch weight_sets unwritten first_n others_n
-    replays_per_pair balanced_rounds""")
+    replays_per_pair balanced_rounds ptx_ftz twin_ptx_ftz sass_ftz twin_sass_ftz
+    exhaustive_differ twin_exhaustive_differ""")
 )
 _TOTAL_COLUMNS = _names("""cases official_passes bit_identical_cases elements elements_bit_equal
     max_abs_diff max_ratio_official max_ratio_historical historical_passes
@@ -365,9 +366,9 @@ def render_setting(record: Any) -> str:
 
 
 _CONTRACT_COLUMNS = _names("""variant route kernel launch requested_options actual_options
-    implicit_options compiler arch artifact_kind ptx_ftz_count sass_ftz_count sass_ftz_internal
-    requested_ftz expected_ftz effective_ftz mismatch finding artifact_sha256 cuda_cache_compile
-    cuda_cache_verify""")
+    implicit_options compiler toolchain arch artifact_kind ptx_ftz_count sass_ftz_count
+    sass_ftz_internal requested_ftz expected_ftz effective_ftz mismatch finding artifact_sha256
+    cuda_cache_compile cuda_cache_verify""")
 
 
 def render_launch(record: Any) -> str:
@@ -404,6 +405,7 @@ def compiler_contract_table(res: StudyResults) -> pd.DataFrame:
                 "actual_options": " ".join(meta["actual_options"]),
                 "implicit_options": " ".join(meta["implicit_options"]),
                 "compiler": f"{compiler['name']} {compiler['version']}",
+                "toolchain": toolchain(compiler),
                 "arch": meta["arch"],
                 "artifact_kind": meta["artifact_kind"],
                 "ptx_ftz_count": meta["ptx_ftz_count"],
@@ -658,6 +660,76 @@ def witness81_table(res: StudyResults) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def toolchain(compiler: Mapping) -> str:
+    """The compiler's name and full version (e.g. "nvrtc 12.9.86"), its major.minor otherwise."""
+    return f"{compiler['name']} {compiler.get('full_version') or compiler['version']}"
+
+
+def toolchain_twins(res: StudyResults) -> list[tuple[str, str]]:
+    """(variant, twin) pairs: the same route, kernel source and options compiled by another
+    compiler version; the variant is the one on the default toolchain (no `nvrtc` named)."""
+
+    def key(v: str) -> tuple:
+        meta = res.compile_meta[v]
+        return (meta["route"], meta["source_sha256"], tuple(meta["requested_options"]))
+
+    pinned = [v for v in res.variants if res.config["variants"][v].get("nvrtc") is not None]
+    default = [v for v in res.variants if v not in pinned]
+    return [
+        (v, twin)
+        for twin in pinned
+        for v in default
+        if key(v) == key(twin)
+        and res.compile_meta[v]["compiler"]["version"]
+        != res.compile_meta[twin]["compiler"]["version"]
+    ]
+
+
+def _variant_evidence(res: StudyResults, v: str) -> dict[str, Any]:
+    """What the toolchains table shows of one variant: its FTZ counts and effect, and its
+    bits on every float32 input (exhaustive, all tasks) and at the task-81 witness."""
+    meta = res.compile_meta[v]
+    exhaustive = [
+        ctl["exhaustive"][v] for ctl in res.controls.values() if v in ctl.get("exhaustive", {})
+    ]
+    witness = (res.witness81 or {}).get("variants", {}).get(v)
+    return {
+        "toolchain": toolchain(meta["compiler"]),
+        "ptx_ftz": meta["ptx_ftz_count"],
+        "sass_ftz": meta["sass_ftz_count"],
+        "effective_ftz": res.verify[v]["effective_ftz"],
+        "exhaustive_differ": sum(int(e["differ"]) for e in exhaustive) if exhaustive else None,
+        "exhaustive_identical": all(bool(e["bit_identical"]) for e in exhaustive)
+        if exhaustive
+        else None,
+        "witness81_bit_equal": all(bool(r["bit_equal"]) for r in witness) if witness else None,
+    }
+
+
+def toolchains_table(res: StudyResults) -> pd.DataFrame:
+    """Each variant beside its twin on another toolchain: artifact, FTZ in PTX and SASS,
+    effective FTZ on the device, every float32 input, the task-81 witness."""
+    fields = _names("""toolchain ptx_ftz sass_ftz effective_ftz exhaustive_differ
+        exhaustive_identical witness81_bit_equal""")
+    rows = []
+    for v, twin in toolchain_twins(res):
+        row = {
+            "variant": v,
+            "twin": twin,
+            "route": res.compile_meta[v]["route"],
+            "kernel": res.compile_meta[v]["kernel"],
+            "options": " ".join(res.compile_meta[v]["requested_options"]),
+            "artifact_equal": res.compile_meta[v]["artifact_sha256"]
+            == res.compile_meta[twin]["artifact_sha256"],
+        }
+        for side, name in (("", v), ("twin_", twin)):
+            row.update({f"{side}{k}": value for k, value in _variant_evidence(res, name).items()})
+        rows.append(row)
+    cols = ["variant", "twin", "route", "kernel", "options", "artifact_equal"]
+    cols += [f"{side}{k}" for k in fields for side in ("", "twin_")]
+    return _frame(rows, cols)
+
+
 def margin_audit_table(res: StudyResults) -> pd.DataFrame:
     """One row per audited record (case or aggregate); `flips`: the predicates disagree."""
     rows = []
@@ -795,6 +867,7 @@ _BUILDERS = {
     "exhaustive": exhaustive_table,
     "control_bit_equality": control_bit_equality_table,
     "witness81": witness81_table,
+    "toolchains": toolchains_table,
     "margin_audit": margin_audit_table,
     "direction_witness": direction_witness_table,
     "skipped": skipped_table,

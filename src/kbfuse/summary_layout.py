@@ -25,6 +25,7 @@ TABLES: dict[str, str] = {
     "exhaustive": "every float32 input per task x variant: outputs whose bits differ from eager",
     "control_bit_equality": "bit-equal elements per variant x control set (the plot's data)",
     "witness81": "the minimal task-81 witness per variant and input",
+    "toolchains": "each variant beside its twin compiled by another NVRTC: artifact, FTZ, bits",
     "margin_audit": "official vs historical error ratios of every audited record",
     "direction_witness": "a float32 pair on which allclose(a, b) and allclose(b, a) disagree",
     "skipped": "implementations gated out of timing (main and small shape), with reasons",

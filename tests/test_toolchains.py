@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,17 @@ def test_nvrtc_is_refused_where_the_route_does_not_use_it(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(KbfuseError, match=r"variants.cupy-default.nvrtc: 'twelve' is invalid"):
         load_config(path, ROOT / "kernels")
+
+
+def test_a_carried_library_never_replaces_the_default(tmp_path, monkeypatch):
+    """KBFUSE_NVRTC_PATH adds versions (NVRTC 12.9 carried to an offline machine); the default
+    NVRTC stays the installed one. (On the H200 the carried 12.9 once came first and compiled
+    the default variants too.)"""
+    carried = tmp_path / "nvrtc12"
+    carried.mkdir()
+    twelve = Path(nvrtc.load_library("12.9").path)
+    shutil.copy(twelve, carried / twelve.name)  # a copy: the search skips a file found twice
+    monkeypatch.setenv(nvrtc.PATH_ENV, str(carried))
+    sources = [source for _, source in nvrtc.candidates()]
+    assert sources[:2] == ["pip wheel nvidia-cuda-nvrtc", "pip wheel nvidia-cuda-nvrtc-cu12"]
+    assert f"{nvrtc.PATH_ENV} {carried}" in sources[2:]

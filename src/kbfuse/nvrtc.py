@@ -4,12 +4,13 @@ No CUDA driver, GPU or CuPy is needed: the pip wheel `nvidia-cuda-nvrtc` is enou
 searched in this order:
 
 1. the file named by the environment variable KBFUSE_NVRTC_LIBRARY;
-2. the directories listed in KBFUSE_NVRTC_PATH (os.pathsep-separated), for a library carried
-   outside any installation (e.g. to an offline machine);
-3. the pip wheels, found through the `nvidia` namespace package: `nvidia/cu13/lib/libnvrtc.so.13`
+2. the pip wheels, found through the `nvidia` namespace package: `nvidia/cu13/lib/libnvrtc.so.13`
    (nvidia-cuda-nvrtc 13.x) and `nvidia/cuda_nvrtc/lib/libnvrtc.so.12` (nvidia-cuda-nvrtc-cu12);
-4. `$CUDA_HOME/lib64` and `$CUDA_PATH/lib64`;
-5. `/usr/local/cuda/lib64`;
+3. `$CUDA_HOME/lib64` and `$CUDA_PATH/lib64`;
+4. `/usr/local/cuda/lib64`;
+5. the directories listed in KBFUSE_NVRTC_PATH (os.pathsep-separated): further versions carried
+   outside any installation (e.g. to an offline machine), after every installed one, so that
+   they never replace the default;
 6. `ctypes.util.find_library("nvrtc")`.
 
 `load_library()` takes the first hit. `load_library("12.9")` takes the first hit whose
@@ -220,9 +221,9 @@ def candidates() -> list[tuple[Path, str]]:
         if not path.is_file():
             raise KbfuseError(f"{LIBRARY_ENV}={override} does not name a file")
         found.append((path.absolute(), LIBRARY_ENV))
-    found += _path_candidates()
     found += [(path, f"pip wheel {dist}") for path, dist in _wheel_candidates()]
     found += _toolkit_candidates()
+    found += _path_candidates()
     name = ctypes.util.find_library("nvrtc")
     if name:
         found.append((Path(name), "ctypes.util.find_library"))

@@ -26,7 +26,12 @@ from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import sha256_bytes, write_bytes, write_json, write_text
 
-ARCH_PATTERN = re.compile(r"^sm_(\d{2,3})([af]?)$")
+# The real GPU architectures NVRTC 12 and 13 know (NVRTC 13.0.88's nvrtcGetSupportedArchs:
+# 75 80 86 87 88 89 90 100 103 110 120 121; NVRTC 12 adds 50-72 and 101), with their
+# arch-specific (a) and family (f) variants. workflow/schemas/config.schema.yaml's `arch` pattern
+# is "^(auto|" + ARCH_REGEX + ")$", so the config admits exactly what resolve_arch does.
+ARCH_REGEX = r"sm_(50|52|53|60|61|62|70|72|75|80|86|87|88|89|90a?|(100|101|103|110|120|121)[af]?)"
+ARCH_PATTERN = re.compile(ARCH_REGEX)
 PTX_ROUTE_NOTE = "PTX: SASS produced by the driver at load"
 
 
@@ -87,8 +92,10 @@ def gpu_arch() -> str:
 def resolve_arch(arch: str) -> str:
     if arch == "auto":
         return gpu_arch()
-    if not isinstance(arch, str) or not ARCH_PATTERN.match(arch):
-        raise KbfuseError(f"arch {arch!r} is neither 'auto' nor of the form sm_XY (e.g. sm_90)")
+    if not isinstance(arch, str) or not ARCH_PATTERN.fullmatch(arch):
+        raise KbfuseError(
+            f"arch {arch!r} is neither 'auto' nor a known architecture sm_XY (e.g. sm_90)"
+        )
     return arch
 
 

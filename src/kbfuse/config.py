@@ -24,9 +24,10 @@ later on a GPU; tests check that claim.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                break  # SafeLoader refuses it ("found unhashable key")
             if key in seen:
                 raise KbfuseError(
                     f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
@@ -97,6 +100,8 @@ def read_config_file(path: str | Path) -> Any:
         raise KbfuseError(f"config file {path}: {exc}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise KbfuseError(f"config file {path}: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise KbfuseError(f"config file {path}: nested too deeply to read") from None
 
 
 def check_config_files(paths: Iterable[str | Path]) -> None:
@@ -157,7 +162,9 @@ def _value_problems(value: Any, path: tuple = ()) -> list[str]:
     problems = []
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and _CONTROL.search(key):
+            if not isinstance(key, str):
+                problems.append(f"config key {_key(path)}: key {shown(key)} is not a string")
+            elif _CONTROL.search(key):
                 where = _key(path)
                 problems.append(f"config key {where}: key {shown(key)} has a control character")
             else:
@@ -168,15 +175,19 @@ def _value_problems(value: Any, path: tuple = ()) -> list[str]:
     return problems
 
 
-def _validator(schema_doc: dict):
+@functools.lru_cache(maxsize=4)
+def _schema(path: Path) -> tuple[dict, Any]:
+    """(schema document, validator) of the schema file at `path`, read once per process."""
     import jsonschema
 
+    with open(path) as fh:
+        schema_doc = yaml.safe_load(fh)
     # JSON Schema's integer admits 25.0; the jobs (timing.int_at_least) do not.
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
     )
     strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
-    return strict(schema_doc)
+    return schema_doc, strict(schema_doc)
 
 
 def _describe(error) -> list[str]:
@@ -214,15 +225,14 @@ def validate_schema(config: dict, schema: str | Path | None = None) -> dict:
     Messages name the offending key (jsonschema directly; the Snakefile then calls
     snakemake.utils.validate, which fills the same defaults).
     """
-    with open(_schema_path(schema)) as fh:
-        schema_doc = yaml.safe_load(fh)
+    schema_doc, validator = _schema(_schema_path(schema).resolve())
     if not isinstance(config, dict):
         raise invalid([f"config: expected a mapping, got {shown(config)}"])
     coerce_numbers(config, schema_doc)
     problems = _value_problems(config)
     if problems:
         raise invalid(problems)
-    errors = sorted(_validator(schema_doc).iter_errors(config), key=lambda e: list(e.absolute_path))
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     problems = [line for error in errors for line in _describe(error)]
     if problems:
         raise invalid(problems)

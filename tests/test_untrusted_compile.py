@@ -233,11 +233,20 @@ def test_nvcc_runs_from_an_argv_list_in_a_scratch_directory(tmp_path, monkeypatc
 
     monkeypatch.setattr(kcompile, "find_nvcc", lambda: "/opt/cuda/bin/nvcc")
     monkeypatch.setattr(kcompile.subprocess, "run", run)
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "--ftz=true")
+    monkeypatch.setenv("NVCC_PREPEND_FLAGS", "-DX=$(id)")
     compiled = kcompile.compile_nvcc_cubin("// k\n", [*BASE, "-DTILE=4"], "sm_90", "naive.cu")
     assert compiled.artifact == b"\x7fELF cubin"
     compile_cmd, kwargs = calls[0]
     assert isinstance(compile_cmd, list) and all(isinstance(a, str) for a in compile_cmd)
     assert "shell" not in kwargs
+    for _, call in calls:  # nvcc would add these to its command line: not what was recorded
+        assert "NVCC_APPEND_FLAGS" not in call["env"] and "NVCC_PREPEND_FLAGS" not in call["env"]
+        assert call["env"]["PATH"] == os.environ["PATH"]
+    assert compiled.notes == [
+        "NVCC_PREPEND_FLAGS was set ('-DX=$(id)') and was not passed to nvcc",
+        "NVCC_APPEND_FLAGS was set ('--ftz=true') and was not passed to nvcc",
+    ]
     assert compile_cmd[:3] == ["/opt/cuda/bin/nvcc", "-cubin", "-arch=sm_90"]
     assert compile_cmd[3:6] == [*BASE, "-DTILE=4"]
     scratch = Path(kwargs["cwd"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -379,3 +380,23 @@ def test_snakemake_refuses_a_repeated_key_before_any_job_in_one_line(workflow_co
     assert not Path(workdir / ".snakemake" / "incomplete").exists() or not list(
         (workdir / ".snakemake" / "incomplete").iterdir()
     )
+
+
+def readme_config_examples() -> list[list[str]]:
+    """The `--config` entries of each snakemake command in config/README.md."""
+    readme = (ROOT / "config" / "README.md").read_text()
+    examples = []
+    for line in readme.splitlines():
+        if line.startswith("snakemake ") and "--config" in line:
+            words = shlex.split(line)
+            examples.append(words[words.index("--config") + 1 :])
+    return examples
+
+
+def test_the_override_examples_of_the_config_readme_work():
+    examples = readme_config_examples()
+    assert len(examples) == 4
+    for entries in examples:
+        checked(overridden(*entries))
+    cfg = checked(overridden(*examples[2]))
+    assert cfg["controls"]["tiny_values"] == {"low": -100, "high": -60.0, "dense_count": 1048576}

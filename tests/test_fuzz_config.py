@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -79,6 +80,8 @@ def assert_jobs_accept(cfg: dict) -> None:
     )
     assert all(math.isfinite(v) for v in cfg["controls"]["witness81_inputs"])  # run_witness81
     assert cfg["kernelbench"]["url"].strip()  # kernelbench.checkout
+    for seed in [*cfg["seeds"], cfg["timing"]["input_seed"]]:  # inputs.make_input, build_model
+        torch.Generator().manual_seed(seed)
     if cfg["arch"] != "auto":
         kcompile.resolve_arch(cfg["arch"])
     for name in cfg["variants"]:
@@ -107,6 +110,7 @@ JOB_CHECKED = [
 ]
 EDGE_VALUES = [
     *range(-2, 4),
+    *(2**64 - 1, 2**64),
     *(0.0, 1.0, 2.5, -0.0, float("nan"), float("inf"), float("-inf"), -1e-300, -60.0, -110.0),
     *(True, False, None, [], {}, [0], [0, 0]),
     *("1", "0", "-1", "1e-4", "1.5", "-1e999", " ", "", "-x", "sm_90", "sm_89a", "sm_100f"),
@@ -298,3 +302,20 @@ def test_the_config_admits_exactly_the_architectures_compile_accepts(arch):
     except KbfuseError:
         compiles = False
     assert admitted == compiles, arch
+
+
+def test_integers_too_long_for_python_are_refused_with_a_message(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seeds: [" + "9" * 5000 + "]\n")
+    with pytest.raises(KbfuseError, match=r"config file .*c\.yaml: .*digits"):
+        read_config_file(path)
+    cfg = copy.deepcopy(DEFAULT)
+    update_config(cfg, parse_config(["seeds=[" + "9" * 5000 + "]"]))
+    with pytest.raises(KbfuseError, match=r"config key seeds\[0\]: '9999.* is invalid"):
+        validate_schema(cfg)
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["seeds"] = [10**5000]  # above torch's seed range
+    with pytest.raises(
+        KbfuseError, match=r"config key seeds\[0\]: <an integer of 16610 bits> is out of range"
+    ):
+        validate_schema(cfg)

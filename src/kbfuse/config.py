@@ -39,7 +39,8 @@ from kbfuse.routes import option_problems
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 SHOWN_CHARS = 80  # a value longer than this is shortened in messages
-_INTEGER = re.compile(r"[-+]?[0-9]+")
+MAX_INTEGER_BITS = 128  # no key takes more (seeds: 64); larger ones are refused before the schema
+_INTEGER = re.compile(r"[-+]?[0-9]{1,18}")  # longer stays a string: refused, not int()-ed
 _DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FLOW_HINT = (
@@ -61,7 +62,10 @@ def _key(path) -> str:
 
 def shown(value: Any) -> str:
     """repr of `value`, shortened to about SHOWN_CHARS characters."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long for repr (sys.get_int_max_str_digits)
+        return f"<an integer of {value.bit_length()} bits>"
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 5] + " ...]"
 
 
@@ -98,7 +102,7 @@ def read_config_file(path: str | Path) -> Any:
             return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except KbfuseError as exc:
         raise KbfuseError(f"config file {path}: {exc}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: bad UTF-8, huge integer
         raise KbfuseError(f"config file {path}: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise KbfuseError(f"config file {path}: nested too deeply to read") from None
@@ -123,10 +127,9 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
 
 
 def _number(text: str, kind: str) -> int | float | str:
-    text = text.strip()
-    if _INTEGER.fullmatch(text):
+    if _INTEGER.fullmatch(text.strip()):
         return int(text)
-    if kind == "number" and _DECIMAL.fullmatch(text):
+    if kind == "number" and _DECIMAL.fullmatch(text.strip()):
         return float(text)
     return text
 
@@ -154,9 +157,12 @@ def coerce_numbers(value: Any, schema: Mapping[str, Any]) -> Any:
 
 
 def _value_problems(value: Any, path: tuple = ()) -> list[str]:
-    """Control characters in keys or strings and non-finite numbers, anywhere in `value`."""
+    """Control characters in keys or strings, non-finite numbers and integers too large for
+    any key (jsonschema's messages could not even print them), anywhere in `value`."""
     if isinstance(value, float) and not math.isfinite(value):
         return [f"config key {_key(path)}: {value!r} is not a finite number"]
+    if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
+        return [f"config key {_key(path)}: {shown(value)} is out of range"]
     if isinstance(value, str) and _CONTROL.search(value):
         return [f"config key {_key(path)}: {shown(value)} contains a control character"]
     problems = []

@@ -285,6 +285,12 @@ def write_sources(directory: Path, files: dict[str, str]) -> Path:
         ("??=include <stdio.h>\n", r"'#include <stdio.h>' is refused"),
         ("# /* c */ include <stdio.h>\n", r"'#include <stdio.h>' is refused"),
         ("#if __has_include(<x.h>)\n#endif\n", r"__has_include is refused"),
+        # "/*" inside a raw string or after a digit separator opens no comment for the compiler
+        (
+            'auto s = R"(" /* )";\n#include <stdio.h>\nauto t = R"(*/)";\n',
+            r"<stdio\.h>' is refused",
+        ),
+        ("int n = 1'0; auto s = \"'/*\";\n#include <stdio.h>\n// */\n", r"<stdio\.h>' is refused"),
     ],
 )
 def test_untracked_includes_are_refused_naming_file_and_line(tmp_path, body, refusal):
@@ -326,6 +332,7 @@ def test_an_include_hidden_by_the_inlining_is_caught_in_the_final_text(tmp_path)
         "/* #include <stdio.h>\n   #include </etc/passwd> */\n",
         'const char *s = "#include <stdio.h>";\n',
         'const char *s = "/*";\n#include <cstdint>\nconst char *t = "*/";\n',
+        "auto s = R\"x(\n#include <stdio.h>\n)x\";\nint n = 1'000'000;\n",
     ],
 )
 def test_toolchain_headers_comments_and_strings_are_accepted(tmp_path, body):

@@ -52,9 +52,17 @@ _INCLUDE = re.compile(
     r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"[ \t]*(?:/\*(?:[^*\n]|\*(?!/))*\*/[ \t]*)*(?://.*)?$',
     re.M,
 )
-# Comments and string/character literals, left to right (so "//" in a string is no comment).
+# Comments and literals, left to right, as the compiler reads them (so "/*" in a string, a raw
+# string R"(...)" or a digit separator 1'000 opens no comment and no character literal).
 _COMMENT_OR_LITERAL = re.compile(
-    r'(?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S
+    r"""
+    (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
+    |(?P<raw>(?<![A-Za-z0-9_])(?:u8|u|U|L)?R"(?P<delim>[^()\\\s"]{0,16})\(.*?\)(?P=delim)")
+    |(?<![A-Za-z0-9_])\.?[0-9](?:[eEpP][-+]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*
+    |"(?:\\.|[^"\\\n])*"
+    |'(?:\\.|[^'\\\n])*'
+    """,
+    re.S | re.X,
 )
 _FILE_DIRECTIVE = re.compile(
     r"^[ \t]*(?:#|%:|\?\?=)[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M
@@ -140,7 +148,9 @@ def _without_comments(text: str) -> str:
     """`text` with comments blanked and line continuations joined, literals kept."""
 
     def blank(match: re.Match) -> str:
-        return " " if match.group("comment") is not None else match.group(0)
+        if match.group("comment") is not None:
+            return " "
+        return 'R""' if match.group("raw") is not None else match.group(0)
 
     return _COMMENT_OR_LITERAL.sub(blank, text.replace("\\\n", "").replace("\\\r\n", ""))
 

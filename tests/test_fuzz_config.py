@@ -267,6 +267,9 @@ SOURCE_PARTS = st.sampled_from(
         " ",
         "%:",
         "__has_include",
+        'R"(',
+        ')"',
+        "1'0",
     ]
 )
 

@@ -359,6 +359,14 @@ def test_quoted_include_followed_by_a_comment_is_inlined_and_tracked(tmp_path):
     assert kernelsrc.load(source).sha256 != before
 
 
+def test_a_quoted_include_in_a_crlf_source_is_inlined(tmp_path):
+    source = tmp_path / "k.cu"
+    source.write_bytes(PER_ELEMENT.encode() + b'#include "ops.cuh"\r\nint g;\r\n')
+    (tmp_path / "ops.cuh").write_bytes(b"int f();\r\n")
+    unit = kernelsrc.load(source)
+    assert list(unit.files) == ["k.cu", "ops.cuh"] and "int f();" in unit.text
+
+
 def test_two_comments_on_an_include_line_do_not_swallow_code(tmp_path):
     source = write_sources(
         tmp_path,

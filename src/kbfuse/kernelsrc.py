@@ -49,7 +49,7 @@ SYSTEM_HEADERS = (
     "limits.h",
 )
 _INCLUDE = re.compile(
-    r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"[ \t]*(?:/\*(?:[^*\n]|\*(?!/))*\*/[ \t]*)*(?://.*)?$',
+    r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"[ \t]*(?:/\*(?:[^*\n]|\*(?!/))*\*/[ \t]*)*(?://.*)?\r?$',
     re.M,
 )
 # Comments and literals, left to right, as the compiler reads them (so "/*" in a string, a raw

@@ -258,6 +258,22 @@ def test_config_files_that_are_no_mapping_are_refused(tmp_path, text, words):
     assert "\n  " in str(err.value) and str(err.value).count("\n") == 1  # one line
 
 
+def test_an_alias_bomb_is_refused_quickly(tmp_path):
+    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")  # 10**9 values once expanded, 1 KB on disk
+    with pytest.raises(KbfuseError, match=r"bomb\.yaml: more than 100000 values once its YAML"):
+        check_config_files([bomb])
+
+
+def test_an_integer_key_is_explained():
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["variants"][123] = {"route": "nvrtc-cubin", "options": []}
+    with pytest.raises(KbfuseError, match=r"variants: key 123 is not a string \(in YAML, quote"):
+        checked(cfg)
+
+
 def test_the_default_config_file_has_no_repeated_key():
     check_config_files([ROOT / "config" / "config.yaml"])
     assert read_config_file(ROOT / "config" / "config.yaml") == DEFAULT

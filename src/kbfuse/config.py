@@ -39,6 +39,7 @@ from kbfuse.routes import option_problems
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 SHOWN_CHARS = 80  # a value longer than this is shortened in messages
+MAX_CONFIG_VALUES = 100_000  # the study's config has about 100
 MAX_INTEGER_BITS = 128  # no key takes more (seeds: 64); larger ones are refused before the schema
 _INTEGER = re.compile(r"[-+]?[0-9]{1,18}")  # longer stays a string: refused, not int()-ed
 _DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
@@ -108,8 +109,25 @@ def read_config_file(path: str | Path) -> Any:
         raise KbfuseError(f"config file {path}: nested too deeply to read") from None
 
 
+def _too_many_values(document: Any) -> bool:
+    """Whether `document`, its YAML aliases expanded, holds more than MAX_CONFIG_VALUES values
+    (a few aliases of aliases make a small file a huge config: every later check walks it)."""
+    pending, seen = [document], 0
+    while pending:
+        value = pending.pop()
+        seen += 1
+        if seen > MAX_CONFIG_VALUES:
+            return True
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
+
+
 def check_config_files(paths: Iterable[str | Path]) -> None:
-    """Refuse a config file with a repeated key or a document that is not a mapping."""
+    """Refuse a config file with a repeated key, too many values or a document that is not a
+    mapping."""
     problems = []
     for path in paths:
         try:
@@ -119,6 +137,11 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
             continue
         if not isinstance(document, dict):
             problems.append(f"config file {path}: expected a mapping, got {shown(document)}")
+        elif _too_many_values(document):
+            problems.append(
+                f"config file {path}: more than {MAX_CONFIG_VALUES} values once its YAML "
+                "aliases are expanded"
+            )
     if problems:
         raise invalid(problems)
 
@@ -169,7 +192,10 @@ def _value_problems(value: Any, path: tuple = ()) -> list[str]:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                problems.append(f"config key {_key(path)}: key {shown(key)} is not a string")
+                problems.append(
+                    f"config key {_key(path)}: key {shown(key)} is not a string "
+                    f"(in YAML, quote it: '{key}')"
+                )
             elif _CONTROL.search(key):
                 where = _key(path)
                 problems.append(f"config key {where}: key {shown(key)} has a control character")

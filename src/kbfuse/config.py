@@ -6,8 +6,9 @@ key and its value (shortened, never the whole config). In order:
 1. `check_config_files`: every YAML file the config came from (config/config.yaml and each
    `--configfile`) is re-read with a loader that refuses a key given twice in one mapping
    (PyYAML and Snakemake silently keep the last one: a second `noftz` variant would replace the
-   first). Values given with `--config` are parsed by Snakemake itself and are not re-read, so a
-   key repeated inside one `--config` value is not detected.
+   first), or more than MAX_CONFIG_VALUES values once YAML aliases are expanded. Values given
+   with `--config` are parsed by Snakemake itself and are not re-read, so a key repeated inside
+   one `--config` value is not detected.
 2. `coerce_numbers`: Snakemake parses `--config 'tasks=[81]'` and `--config 'tolerance={atol:
    1e-4}'` into strings ('81', '1e-4'), and YAML 1.1 reads `1e-4` (no dot) as a string too.
    Where the schema wants a number, a string spelling a decimal number (YAML 1.2's syntax) is

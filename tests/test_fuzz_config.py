@@ -26,7 +26,7 @@ from kbfuse.errors import KbfuseError
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "kernels"
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def leaf_paths(value, path=()):
@@ -274,7 +274,7 @@ SOURCE_PARTS = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     source=st.lists(SOURCE_PARTS | st.text(max_size=4), max_size=20).map("".join),
     header=st.lists(SOURCE_PARTS | st.text(max_size=4), max_size=8).map("".join),

@@ -18,11 +18,17 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-# kbfuse's check first (its messages name key and value), then Snakemake's own, which
-# fills in the schema's defaults.
-from kbfuse.config import validate_schema
+# kbfuse's check first (the files, then the merged config; one line per problem naming key
+# and value; exit 1 before any job), then Snakemake's own, which fills in the schema's defaults.
+from kbfuse.config import check_workflow_config
+from kbfuse.errors import KbfuseError
 
-validate_schema(config)
+try:
+    check_workflow_config(
+        config, workflow.configfiles, Path(workflow.basedir) / "kernels"
+    )
+except KbfuseError as exc:
+    sys.exit(str(exc))
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

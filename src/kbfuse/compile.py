@@ -27,7 +27,12 @@ from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import sha256_bytes, sha256_file, write_bytes, write_json, write_text
 
-ARCH_PATTERN = re.compile(r"^sm_(\d{2,3})([af]?)$")
+# The real GPU architectures NVRTC 12 and 13 know (NVRTC 13.0.88's nvrtcGetSupportedArchs:
+# 75 80 86 87 88 89 90 100 103 110 120 121; NVRTC 12 adds 50-72 and 101), with their
+# arch-specific (a) and family (f) variants. workflow/schemas/config.schema.yaml's `arch` pattern
+# is "^(auto|" + ARCH_REGEX + ")$", so the config admits exactly what resolve_arch does.
+ARCH_REGEX = r"sm_(50|52|53|60|61|62|70|72|75|80|86|87|88|89|90a?|(100|101|103|110|120|121)[af]?)"
+ARCH_PATTERN = re.compile(ARCH_REGEX)
 NVRTC_VERSION_PATTERN = re.compile(r"^\d+(\.\d+)?$")
 NVRTC_ROUTES = ("nvrtc-cubin", "nvrtc-ptx")  # the routes that compile through kbfuse.nvrtc
 PTX_ROUTE_NOTE = "PTX: SASS produced by the driver at load"
@@ -109,8 +114,11 @@ def gpu_arch() -> str:
 def resolve_arch(arch: str) -> str:
     if arch == "auto":
         return gpu_arch()
-    if not isinstance(arch, str) or not ARCH_PATTERN.match(arch):
-        raise KbfuseError(f"arch {arch!r} is neither 'auto' nor of the form sm_XY (e.g. sm_90)")
+    if not isinstance(arch, str) or not ARCH_PATTERN.fullmatch(arch):
+        raise KbfuseError(
+            f"arch {arch!r} is neither 'auto' nor of the form sm_XY of a known architecture "
+            "(e.g. sm_90)"
+        )
     return arch
 
 
@@ -202,7 +210,9 @@ def find_nvcc() -> str:
         if not path or not os.path.isfile(path):
             continue
         try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120)
+            out = subprocess.run(
+                [path, "--version"], capture_output=True, text=True, timeout=120, env=_nvcc_env()[0]
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             tried.append(f"{path}: {exc}")
             continue
@@ -216,14 +226,35 @@ def find_nvcc() -> str:
     )
 
 
+# nvcc adds the options in these variables to every command line: an input the variant does
+# not name, so they are kept from the compile (and the meta.json notes that they were set).
+NVCC_FLAG_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+
+
+def _nvcc_env() -> tuple[dict[str, str], list[str]]:
+    """(the environment nvcc runs in, notes on the variables kept from it)."""
+    env = {k: v for k, v in os.environ.items() if k not in NVCC_FLAG_VARIABLES}
+    notes = [
+        f"{name} was set ({os.environ[name]!r}) and was not passed to nvcc"
+        for name in NVCC_FLAG_VARIABLES
+        if name in os.environ
+    ]
+    return env, notes
+
+
 def nvcc_version(path: str) -> str | None:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [path, "--version"], capture_output=True, text=True, timeout=120, env=_nvcc_env()[0]
+    )
     match = re.search(r"\bV(\d+\.\d+\.\d+)", out.stdout)
     return match.group(1) if match else None
 
 
 def compile_nvcc_cubin(source: str, options: list[str], arch: str, name: str) -> Compiled:
+    """nvcc -cubin from an argv list (never a shell string), in a scratch directory, without
+    the NVCC_*_FLAGS variables: the options nvcc sees are exactly the ones recorded."""
     path = find_nvcc()
+    env, env_notes = _nvcc_env()
     with tempfile.TemporaryDirectory(prefix="kbfuse-nvcc-") as tmp:
         src = Path(tmp) / name
         src.write_text(source)
@@ -233,7 +264,7 @@ def compile_nvcc_cubin(source: str, options: list[str], arch: str, name: str) ->
         # The NVRTC spellings in routes.OPTIONS marked nvcc=True mean the same to nvcc.
         flags = ["-cubin", f"-arch={arch}", *routes.effective_options("nvcc-cubin", options)]
         cmd = [path, *flags, "--keep", f"--keep-dir={keep}", "-o", str(out), str(src)]
-        run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=600)
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=600, env=env)
         log = (run.stdout + run.stderr).replace(tmp, "<tmp>")
         if run.returncode != 0:
             raise KbfuseError(
@@ -257,6 +288,7 @@ def compile_nvcc_cubin(source: str, options: list[str], arch: str, name: str) ->
         ptx=ptx,
         ptx_note="PTX kept from the same nvcc compile (--keep)" if ptx else "nvcc kept no PTX",
         predicted_options=flags,
+        notes=env_notes,
     )
 
 

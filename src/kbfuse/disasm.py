@@ -146,7 +146,7 @@ def disassemble(cubin: bytes, tool: Disassembler | None = None) -> tuple[str | N
         path.write_bytes(cubin)
         try:
             out = subprocess.run(
-                tool.command(str(path)), capture_output=True, text=True, timeout=300
+                tool.command(str(path)), capture_output=True, text=True, timeout=300, cwd=tmp
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return None, f"{tool.name} {tool.version} failed: {exc}"

@@ -3,9 +3,16 @@
 `#include "file.cuh"` lines (quoted, next to the .cu) are inlined here before compiling, so
 every compile route (NVRTC, CuPy, nvcc) sees the same single text and the compile record can
 hash exactly what was compiled. Headers are inlined once each (a second include of the same
-file is dropped, as `#pragma once` would); angle-bracket includes are left to the compiler.
-`#line` directives around each inlined header keep compiler messages naming the right file
-and line.
+file is dropped, as `#pragma once` would). `#line` directives around each inlined header keep
+compiler messages naming the right file and line.
+
+Every byte that reaches the compiler is tracked: the only includes left to the compiler are
+angle-bracket includes of `SYSTEM_HEADERS` (the toolchain's own, identified by the compiler
+version the compile record holds). Any other file-reading directive is refused, naming the file
+and line: another angle-bracket include, an include through a macro, a quoted include this
+module cannot inline (e.g. one split by a line continuation or followed by a comment spanning
+lines), `#include_next`, `#import`, `#embed` and `__has_include`. A header must be a regular file
+in the directory of the kernel sources (kernels/), not a link out of it.
 
 Each .cu declares how its kernels must be launched, in one comment line for all its kernels,
 and optionally one line per kernel that launches differently:
@@ -29,10 +36,43 @@ from pathlib import Path
 from kbfuse.errors import KbfuseError
 
 HEADER_SUFFIXES = (".cuh", ".h")
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*(?://.*)?$', re.M)
+# Headers of the CUDA toolchain (and the C integer/float limits) a source may include with <...>.
+SYSTEM_HEADERS = (
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_fp8.h",
+    "cstdint",
+    "stdint.h",
+    "cfloat",
+    "float.h",
+    "climits",
+    "limits.h",
+)
+_INCLUDE = re.compile(
+    r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"[ \t]*(?:/\*(?:[^*\n]|\*(?!/))*\*/[ \t]*)*(?://.*)?\r?$',
+    re.M,
+)
+# Comments and literals, left to right, as the compiler reads them (so "/*" in a string, a raw
+# string R"(...)" or a digit separator 1'000 opens no comment and no character literal).
+_COMMENT_OR_LITERAL = re.compile(
+    r"""
+    (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
+    |(?P<raw>(?<![A-Za-z0-9_])(?:u8|u|U|L)?R"(?P<delim>[^()\\\s"]{0,16})\(.*?\)(?P=delim)")
+    |(?<![A-Za-z0-9_])\.?[0-9](?:[eEpP][-+]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*
+    |"(?:\\.|[^"\\\n])*"
+    |'(?:\\.|[^'\\\n])*'
+    """,
+    re.S | re.X,
+)
+_FILE_DIRECTIVE = re.compile(
+    r"^[ \t]*(?:#|%:|\?\?=)[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M
+)
+_HAS_INCLUDE = re.compile(r"\b__has_(?:include|include_next|embed)\b")
+_ANGLE = re.compile(r"^<([^<>]+)>")
 _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", re.M)
 _LAUNCH_LINE = re.compile(r"^[ \t]*//[ \t]*kbfuse-launch(?:[ \t]+(\w+))?[ \t]*:(.*)$", re.M)
 
+_FIELD_VALUE = re.compile(r"[0-9]{1,9}")
 LAUNCH_MODES = ("per-element", "grid-stride")
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -104,15 +144,68 @@ def _expand(path: Path) -> tuple[str, dict[str, str]]:
     return text, files
 
 
-def _inline(path: Path, files: dict[str, str], chain: tuple[str, ...]) -> str:
+def _without_comments(text: str) -> str:
+    """`text` with comments blanked and line continuations joined, literals kept."""
+
+    def blank(match: re.Match) -> str:
+        if match.group("comment") is not None:
+            return " "
+        return 'R""' if match.group("raw") is not None else match.group(0)
+
+    return _COMMENT_OR_LITERAL.sub(blank, text.replace("\\\n", "").replace("\\\r\n", ""))
+
+
+def _untracked_reads(path: Path, text: str) -> None:
+    """Refuse every directive of `text` that reads a file, but for SYSTEM_HEADERS."""
+    code = _without_comments(text)
+    for match in _FILE_DIRECTIVE.finditer(code):
+        directive, operand = match.group(1), match.group(2).strip()
+        line = f"#{directive} {operand}"[:120]
+        angle = _ANGLE.match(operand)
+        if directive == "include" and angle and angle.group(1).strip() in SYSTEM_HEADERS:
+            continue
+        if directive != "include":
+            why = "reads a file kbfuse cannot track"
+        elif angle:
+            why = f"only these toolchain headers may be included with <...>: {SYSTEM_HEADERS}"
+        elif operand.startswith('"'):
+            why = (
+                "a quoted include must stand on its own line (a comment after it may not span "
+                "lines) so that kbfuse can inline and hash it"
+            )
+        else:
+            why = "an include through a macro cannot be tracked; name a header in quotes"
+        raise KbfuseError(f"kernel source {path}: {line!r} is refused: {why}")
+    if _HAS_INCLUDE.search(code):
+        raise KbfuseError(
+            f"kernel source {path}: __has_include is refused: it probes files kbfuse cannot track"
+        )
+
+
+def _check_inside(path: Path, root: Path | None) -> None:
+    if root is not None and path.resolve().parent != root:
+        raise KbfuseError(
+            f"kernel source {path} resolves to {path.resolve()}, outside {root}: a header must "
+            "be a file in the kernel sources' directory, not a link out of it"
+        )
+
+
+def _inline(
+    path: Path, files: dict[str, str], chain: tuple[str, ...], root: Path | None = None
+) -> str:
     if not path.is_file():
         via = f" (included from {chain[-1]})" if chain else ""
         raise KbfuseError(f"kernel source {path} does not exist{via}")
+    _check_inside(path, root)
+    root = path.resolve().parent if root is None else root
     data = path.read_bytes()
     try:
         text = data.decode()
     except UnicodeDecodeError as exc:
         raise KbfuseError(f"kernel source {path} is not UTF-8 text: {exc}") from None
+    if "\0" in text:
+        raise KbfuseError(f"kernel source {path} contains a NUL character")
+    _untracked_reads(path, _INCLUDE.sub("", text))  # each file's own, for a precise message
     files[path.name] = _sha256(data)
     chain = (*chain, path.name)
 
@@ -130,7 +223,7 @@ def _inline(path: Path, files: dict[str, str], chain: tuple[str, ...]) -> str:
             )
         if name in files:
             return f'// (#include "{name}": inlined above)'
-        body = _PRAGMA_ONCE.sub("", _inline(path.parent / name, files, chain))
+        body = _PRAGMA_ONCE.sub("", _inline(path.parent / name, files, chain, root))
         # #line keeps compiler messages pointing at the file and line they are about
         resume = text.count("\n", 0, match.start()) + 2
         return f'#line 1 "{name}"\n{body.rstrip()}\n#line {resume} "{path.name}"'
@@ -167,10 +260,13 @@ def _parse_launch_spec(spec: str, where: str) -> Launch:
     fields = {}
     for word in words[1:]:
         key, _, value = word.partition("=")
-        if not value.isdigit() or int(value) <= 0:
+        if not _FIELD_VALUE.fullmatch(value) or int(value) <= 0:
             raise KbfuseError(
-                f"kernel source {where}: kbfuse-launch field {word!r} is not name=positive-integer"
+                f"kernel source {where}: kbfuse-launch field {word!r} is not "
+                "name=positive-integer (ASCII digits, at most 9)"
             )
+        if key in fields:
+            raise KbfuseError(f"kernel source {where}: kbfuse-launch field {key!r} is given twice")
         fields[key] = int(value)
     needed = {"threads"}
     if mode == "grid-stride":
@@ -200,6 +296,7 @@ def load(path: str | Path) -> KernelSource:
     """The translation unit of kernel source `path` and its launch contract."""
     path = Path(path)
     text, files = _expand(path)
+    _untracked_reads(path, text)  # what the compiler gets, whatever the inlining did
     return KernelSource(path=path, text=text, files=files, launch=parse_launch(text, str(path)))
 
 

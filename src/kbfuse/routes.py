@@ -1,7 +1,14 @@
 """Compilation routes and the compiler options a variant may give them.
 
 A variant is a route plus a list of NVRTC-style options, one option per list item, written
-`--name=value` (or NVRTC's short form `-name=value`; `-DNAME=VAL`, `-UNAME`, `-I/dir` glued).
+`--name=value` (or NVRTC's short form `-name=value`; `-DNAME=VAL`, `-UNAME` glued).
+
+Options are an allow-list, checked by `option_problems` when the config is checked (before any
+job) and again by the compile job: an option must be one of `_OPTION_SPECS`, its value must fit
+its kind (and `value_pattern`), and options that read or write files kbfuse does not track
+(`-I`, `-include`, the precompiled-header family, `--fdevice-time-trace`, `--time`) are refused
+with the reason. Values can carry no shell character: nvcc hands `-D` values to a shell, so
+`-DX=$(cmd)` would run `cmd`. Every option is ASCII and printable (NVRTC takes C strings).
 
 CuPy 14's `RawModule(code=..., options=user)` compiles with NVRTC and passes, in this order
 (cupy v14.2.0: `assemble_cupy_compiler_options` in cupy/_core/core.pyx lines 2581-2618,
@@ -29,6 +36,7 @@ appended `-ftz=true`: `expected_ftz` is True there, and verify shows requested !
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kbfuse.errors import KbfuseError
@@ -63,7 +71,12 @@ ROUTES: dict[str, Route] = {
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One NVRTC option. kind: flag (no value), bool (true|false), choice, int, or value."""
+    """One NVRTC option. kind: flag (no value), bool (true|false), choice, int, or value.
+
+    `refused` says why kbfuse never passes the option (it reads or writes files kbfuse does not
+    track); `value_pattern` is what a `value` option may carry (a full match), so that no value
+    can reach a shell, name a file or smuggle in a second option.
+    """
 
     name: str  # canonical long name, without dashes
     short: str | None = None  # NVRTC's short alias, without the dash
@@ -72,7 +85,26 @@ class OptionSpec:
     repeatable: bool = False
     nvcc: bool = False  # nvcc accepts the same spelling (checked with nvcc 13.0.88 -cubin)
     changes_output: bool = False  # makes NVRTC emit something other than PTX/cubin
+    refused: str | None = None
+    value_pattern: str | None = None
 
+
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+# -DNAME or -DNAME=literal: a C identifier, optionally = a number or identifier-like token. No
+# quote, space, $, (, `, comma (nvcc splits -D values at commas) or other shell character.
+MACRO_DEFINITION = rf"{_IDENTIFIER}(=[A-Za-z0-9_.+-]*)?"
+# -Xptxas values kbfuse passes on (ptxas options that only report or tune, never name a file).
+PTXAS_OPTION = (
+    r"-v|--verbose|-O[0-3]|--opt-level=[0-3]|--warn-on-spills|--warn-on-local-memory-usage"
+    r"|--warn-on-double-precision-use|--allow-expensive-optimizations=(true|false)"
+    r"|--maxrregcount=[0-9]+"
+)
+_DIAGNOSTICS = r"[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*"
+_READS_HEADERS = (
+    "reads headers from outside kernels/, which kbfuse cannot hash; put the header in kernels/ "
+    'and #include "it.cuh"'
+)
+_PCH = "reads or writes precompiled header files, which kbfuse cannot track"
 
 # The options of the NVRTC 13 user guide ("Supported Compile Options"); every spelling below was
 # accepted by NVRTC 13.0.88.
@@ -84,7 +116,9 @@ _OPTION_SPECS = (
     OptionSpec("generate-line-info", "lineinfo", nvcc=True),
     OptionSpec("dopt", "dopt", "choice", ("on", "off"), nvcc=True),
     OptionSpec("Ofast-compile", "Ofc", "choice", ("0", "min", "mid", "max"), nvcc=True),
-    OptionSpec("ptxas-options", "Xptxas", "value", repeatable=True, nvcc=True),
+    OptionSpec(
+        "ptxas-options", "Xptxas", "value", repeatable=True, nvcc=True, value_pattern=PTXAS_OPTION
+    ),
     OptionSpec("maxrregcount", "maxrregcount", "int", nvcc=True),
     OptionSpec("ftz", "ftz", "bool", nvcc=True),
     OptionSpec("prec-sqrt", "prec-sqrt", "bool", nvcc=True),
@@ -103,34 +137,58 @@ _OPTION_SPECS = (
     OptionSpec("minimal", "minimal"),
     OptionSpec("device-int128", "device-int128"),
     OptionSpec("device-float128", "device-float128"),
-    OptionSpec("frandom-seed", "frandom-seed", "value"),
-    OptionSpec("fdevice-time-trace", "fdevice-time-trace", "value"),
-    OptionSpec("define-macro", "D", "value", repeatable=True, nvcc=True),
-    OptionSpec("undefine-macro", "U", "value", repeatable=True, nvcc=True),
-    OptionSpec("include-path", "I", "value", repeatable=True, nvcc=True),
-    OptionSpec("pre-include", "include", "value", repeatable=True, nvcc=True),
+    OptionSpec("frandom-seed", "frandom-seed", "value", value_pattern=r"[A-Za-z0-9_]+"),
+    OptionSpec("fdevice-time-trace", "fdevice-time-trace", "value", refused="writes a trace file"),
+    OptionSpec(
+        "define-macro",
+        "D",
+        "value",
+        repeatable=True,
+        nvcc=True,
+        value_pattern=MACRO_DEFINITION,
+    ),
+    OptionSpec(
+        "undefine-macro", "U", "value", repeatable=True, nvcc=True, value_pattern=_IDENTIFIER
+    ),
+    OptionSpec("include-path", "I", "value", repeatable=True, nvcc=True, refused=_READS_HEADERS),
+    OptionSpec(
+        "pre-include", "include", "value", repeatable=True, nvcc=True, refused=_READS_HEADERS
+    ),
     OptionSpec("no-source-include", "no-source-include"),
     OptionSpec("std", "std", "choice", ("c++03", "c++11", "c++14", "c++17", "c++20"), nvcc=True),
     OptionSpec("builtin-move-forward", "builtin-move-forward", "bool"),
     OptionSpec("builtin-initializer-list", "builtin-initializer-list", "bool"),
-    OptionSpec("pch", "pch"),
-    OptionSpec("create-pch", "create-pch", "value"),
-    OptionSpec("use-pch", "use-pch", "value"),
-    OptionSpec("pch-dir", "pch-dir", "value"),
-    OptionSpec("pch-verbose", "pch-verbose", "bool"),
-    OptionSpec("pch-messages", "pch-messages", "bool"),
-    OptionSpec("instantiate-templates-in-pch", "instantiate-templates-in-pch", "bool"),
+    OptionSpec("pch", "pch", refused=_PCH),
+    OptionSpec("create-pch", "create-pch", "value", refused=_PCH),
+    OptionSpec("use-pch", "use-pch", "value", refused=_PCH),
+    OptionSpec("pch-dir", "pch-dir", "value", refused=_PCH),
+    OptionSpec("pch-verbose", "pch-verbose", "bool", refused=_PCH),
+    OptionSpec("pch-messages", "pch-messages", "bool", refused=_PCH),
+    OptionSpec(
+        "instantiate-templates-in-pch", "instantiate-templates-in-pch", "bool", refused=_PCH
+    ),
     OptionSpec("disable-warnings", "w", nvcc=True),
     OptionSpec("restrict", "restrict", nvcc=True),
     OptionSpec("device-as-default-execution-space", "default-device"),
-    OptionSpec("optimization-info", "opt-info", "value"),
+    OptionSpec("optimization-info", "opt-info", "choice", ("inline",)),
     OptionSpec("display-error-number", "err-no", nvcc=True),
     OptionSpec("no-display-error-number", "no-err-no"),
-    OptionSpec("diag-error", "diag-error", "value", repeatable=True, nvcc=True),
-    OptionSpec("diag-suppress", "diag-suppress", "value", repeatable=True, nvcc=True),
-    OptionSpec("diag-warn", "diag-warn", "value", repeatable=True, nvcc=True),
+    OptionSpec(
+        "diag-error", "diag-error", "value", repeatable=True, nvcc=True, value_pattern=_DIAGNOSTICS
+    ),
+    OptionSpec(
+        "diag-suppress",
+        "diag-suppress",
+        "value",
+        repeatable=True,
+        nvcc=True,
+        value_pattern=_DIAGNOSTICS,
+    ),
+    OptionSpec(
+        "diag-warn", "diag-warn", "value", repeatable=True, nvcc=True, value_pattern=_DIAGNOSTICS
+    ),
     OptionSpec("brief-diagnostics", "brief-diag", "bool"),
-    OptionSpec("time", "time", "value"),
+    OptionSpec("time", "time", "value", refused="writes a timing file"),
 )
 
 OPTIONS: dict[str, OptionSpec] = {spec.name: spec for spec in _OPTION_SPECS}
@@ -186,9 +244,24 @@ def parse_option(option) -> tuple[ParsedOption | None, str | None]:
         return None, f"option {option!r}: --{spec.name} expects true or false, not {value!r}"
     elif spec.kind == "choice" and value not in spec.choices:
         return None, f"option {option!r}: --{spec.name} expects one of {'|'.join(spec.choices)}"
-    elif spec.kind == "int" and not value.isdigit():
+    elif spec.kind == "int" and not re.fullmatch(r"[0-9]+", value):
         return None, f"option {option!r}: --{spec.name} expects a non-negative integer"
     return ParsedOption(option, spec, value), None
+
+
+def _refusal(parsed: ParsedOption) -> str | None:
+    """Why kbfuse will not pass a well-formed option to a compiler, or None."""
+    text, spec, value = parsed.text, parsed.spec, parsed.value
+    if not text.isascii() or not text.isprintable():
+        return "it contains a non-ASCII or control character"
+    if spec.refused is not None:
+        return f"it {spec.refused}"
+    if spec.value_pattern is not None and not re.fullmatch(spec.value_pattern, value or ""):
+        return (
+            f"--{spec.name} values must match {spec.value_pattern} (no shell characters, "
+            "paths or commas)"
+        )
+    return None
 
 
 def get_route(route: str) -> Route:
@@ -211,6 +284,10 @@ def option_problems(route: str, options) -> list[str]:
         parsed, reason = parse_option(option)
         if parsed is None:
             problems.append(f"route {route}: {reason}")
+            continue
+        refusal = _refusal(parsed)
+        if refusal is not None:
+            problems.append(f"route {route}: option {option!r} is refused: {refusal}")
             continue
         spec = parsed.spec
         if spec.name == "gpu-architecture":

@@ -1,11 +1,8 @@
-from kbfuse.config import check_config
 from kbfuse.config import variant_spec as _variant_spec
 from kbfuse.deps import module_files
 from kbfuse.kernelsrc import included_headers
 from kbfuse.routes import ROUTES
 from kbfuse.summary_layout import caption_name, summary_inputs, summary_outputs
-
-check_config(config, kernels_dir=Path(workflow.basedir) / "kernels")
 
 ENV = "../../envs/kbfuse.yaml"
 TASKS = [int(t) for t in config["tasks"]]

@@ -193,6 +193,10 @@ class _GunzipStream(io.RawIOBase):
             )
         return n
 
+    def cap_at(self, position: int) -> None:
+        """Refuse the stream once it runs past `position` (or where it already is)."""
+        self._cap = min(self._cap, max(position, self.position))
+
     def drain(self) -> None:
         while self.read(self.STEP):
             pass
@@ -315,19 +319,28 @@ def read_bundle(
                     if keep:
                         found.kept[name] = data
                 end = tar.offset
-            stream.drain()
+            _check_end(stream, end, path)
     except (tarfile.TarError, EOFError, zlib.error, RecursionError) as exc:
         raise KbfuseError(f"bundle {path} is not a readable .tar.gz: {exc}") from None
     except OSError as exc:
         if not path.is_file():
             raise KbfuseError(f"bundle {path} is not a readable .tar.gz: {exc}") from None
         raise
-    if stream.last_nonzero >= end:
-        raise KbfuseError(f"bundle {path} has data after the tar end-of-archive; refusing it")
-    if stream.position < end + 2 * BLOCK:
-        raise KbfuseError(f"bundle {path} has no tar end-of-archive (cut short?); refusing it")
     found.sha256 = stream.raw_sha256.hexdigest()
     return found
+
+
+def _check_end(stream: _GunzipStream, end: int, path: Path) -> None:
+    """After the last member at `end`: two zero blocks, at most a record of zero padding, the
+    end of the gzip stream, the end of the file; nothing else."""
+    stream.cap_at(end + 2 * BLOCK + tarfile.RECORDSIZE)
+    with contextlib.suppress(KbfuseError):  # over the cap: name trailing data first
+        stream.drain()
+    if stream.last_nonzero >= end:
+        raise KbfuseError(f"bundle {path} has data after the tar end-of-archive; refusing it")
+    stream.drain()  # raises again what the first drain met (long padding, gzip trailing data)
+    if stream.position < end + 2 * BLOCK:
+        raise KbfuseError(f"bundle {path} has no tar end-of-archive (cut short?); refusing it")
 
 
 def _report(path: Path, found: BundleContents) -> tuple[dict[str, Any], dict]:

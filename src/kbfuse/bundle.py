@@ -203,7 +203,12 @@ class _GunzipStream(io.RawIOBase):
 
 
 class _CheckedTarInfo(tarfile.TarInfo):
-    """A tar header that refuses, before its data is read, what a bundle never holds."""
+    """A tar header that refuses, before its data is read, what a bundle never holds.
+
+    Passed as `tarfile.open(tarinfo=...)`; `_proc_member` is where tarfile dispatches on the
+    header type and, for pax and GNU long-name headers, reads `size` bytes in one call: the
+    size is checked first, so a header declaring GiBs costs nothing.
+    """
 
     header_limit = DEFAULT_LIMITS.header_bytes
 
@@ -294,6 +299,7 @@ def read_bundle(
     try:
         with open(path, "rb") as raw:
             stream = _GunzipStream(raw, str(path), limits.stream_bytes)
+            # the header class carries this call's limit (tarfile takes a class, not a value)
             tarinfo = type("_Limited", (_CheckedTarInfo,), {"header_limit": limits.header_bytes})
             with tarfile.open(fileobj=stream, mode="r|", tarinfo=tarinfo) as tar:
                 for member in tar:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -218,11 +217,6 @@ def count_problems(data: Mapping) -> list[str]:
     if kind in ("timing", "controls"):
         problems += _measurement_problems(data, "")
     return problems
-
-
-def finite(value: Any) -> bool:
-    """True for an int or float that is neither NaN nor infinite (bool is not a number)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def inside(root: str | Path, rel: str | Path) -> Path:

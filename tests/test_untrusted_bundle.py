@@ -297,6 +297,7 @@ def test_result_paths_are_confined_even_if_a_config_gets_through(bundle, tmp_pat
         (lambda m: m["files"]["timing/53.json"].update(sha256="zz"), "sha256"),
         (lambda m: m.update(files=[]), "files"),
         (lambda m: m["fingerprint"]["gpu"].update(name=["list"]), "fingerprint.gpu.name"),
+        (lambda m: m["fingerprint"]["gpu"].update(name="\x1b[2J H200"), "fingerprint.gpu.name"),
         (lambda m: m["config"].update(tasks="53"), "field config"),
         (lambda m: m.pop("kernelbench_pin"), "kernelbench_pin is missing"),
     ],

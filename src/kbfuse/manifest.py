@@ -183,11 +183,12 @@ def load_manifest(manifest: str | os.PathLike | Mapping[str, Any]) -> tuple[dict
 def compare_with_manifest(
     data: Mapping[str, Any],
     problems: list[str],
-    actual: Mapping[str, Mapping[str, Any]],
+    actual: Mapping[str, Mapping[str, Any] | None],
     quoted: Mapping[str, bytes | None],
 ) -> dict[str, Any]:
-    """The verification report of files found (relative path -> sha256 and bytes) against
-    the manifest; `quoted` holds the bytes of the fingerprint and pin files found."""
+    """The verification report of files found (relative path -> sha256 and bytes; None for
+    a file the manifest does not list) against the manifest; `quoted` holds the bytes of the
+    fingerprint and pin files found."""
     listed = data["files"]
     problems = list(problems)
     changed, missing = [], []
@@ -247,11 +248,11 @@ def verify_manifest(
     """
     root = Path(root)
     data, problems = load_manifest(manifest)
-    patterns = list(ignore)
-    actual = {
-        rel: file_record(root / rel)
+    patterns, listed = list(ignore), data["files"]
+    actual = {  # only listed files are hashed; others are named as extra
+        rel: file_record(root / rel) if rel in listed else None
         for rel in _walk_files(root)
-        if rel in data["files"] or not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
+        if rel in listed or not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
     }
     quoted = {rel: (root / rel).read_bytes() for rel in (FINGERPRINT, PIN) if rel in actual}
     return compare_with_manifest(data, problems, actual, quoted)

@@ -319,6 +319,8 @@ def _tree(root: Path) -> dict[str, bytes]:
 def test_commands_write_only_under_out(bundle, tmp_path, monkeypatch):
     """verify-bundle writes nothing; compare and summarize only under --out (the system
     temporary directory included: it is pointed at an empty folder that must stay empty)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(json.loads(members_of(bundle)[MANIFEST_MEMBER])["config"]))
     spool = tmp_path / "tmp"
     spool.mkdir()
     monkeypatch.setenv("TMPDIR", str(spool))
@@ -336,6 +338,11 @@ def test_commands_write_only_under_out(bundle, tmp_path, monkeypatch):
         for name in ("ftz", "bit_identity", "tail_time", "full_time", "differences")
         for ext in ("csv", "md")
     }
+    results = bundle.parent / "results"
+    argv = ["summarize", str(results), "--config", str(config), "--out", "sum"]
+    assert cli.main([*argv, "--kernels", str(REPO / "kernels")]) == cli.EXIT_OK
+    added = {k for k in _tree(tmp_path) if k not in after}
+    assert added and all(k.startswith("work/sum/") for k in added)
     assert list(spool.iterdir()) == []
 
 

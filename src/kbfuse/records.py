@@ -4,15 +4,19 @@ Every JSON file kbfuse reads back (a result record of docs/contracts.md, or a ma
 come from another machine or have been edited, so it is validated where it is read, before
 any value is used:
 
-- parsing is strict: at most `MAX_RECORD_BYTES`, UTF-8, no `NaN`/`Infinity` literals (kbfuse
-  writes non-finite floats as the strings "nan", "inf", "-inf", and only where a float may be
-  non-finite);
+- parsing is strict: at most `MAX_RECORD_BYTES` (checked before reading), UTF-8, no
+  `NaN`/`Infinity` literals (kbfuse writes non-finite floats as the strings "nan", "inf",
+  "-inf", and only where a float may be non-finite);
 - the record is checked against its JSON Schema (`src/kbfuse/schemas/<kind>.schema.json`,
   shipped with the package): booleans are JSON booleans (the string "false" is not a pass),
   counts are non-negative integers, measured times are finite and not negative, names that
   become paths or table keys match a safe pattern;
 - what a schema cannot say is checked here: counts that add up (bit-equal elements never
   exceed the elements, a summary's totals equal the sums over its cases, quartiles in order).
+
+Two helpers serve the readers: `inside(root, rel)` refuses a path built from a config or
+manifest name that would leave its root, and `staged(outdir)` lets a writer put its files in
+place only when all are complete.
 
 Every refusal is a `KbfuseError` naming the file, the field and the bad value. The schemas are
 the machine-checked form of the record contracts in docs/contracts.md: change both together.
@@ -128,17 +132,21 @@ def parse_json(raw: bytes, label: str) -> Any:
         raise KbfuseError(f"{label} is not valid JSON: {exc}") from None
 
 
-def read_record(path: str | Path, kind: str) -> dict:
-    """Read, parse and validate one record file; KbfuseError naming the file otherwise."""
+def read_limited(path: str | Path) -> bytes:
+    """A record file's bytes, refused before reading when over MAX_RECORD_BYTES."""
     path = Path(path)
     try:
         size = path.stat().st_size
         if size > MAX_RECORD_BYTES:
             raise KbfuseError(f"{path} is {size} bytes, over the {MAX_RECORD_BYTES}-byte limit")
-        raw = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise KbfuseError(f"{path} cannot be read: {exc.strerror}") from None
-    data = parse_json(raw, str(path))
+
+
+def read_record(path: str | Path, kind: str) -> dict:
+    """Read, parse and validate one record file; KbfuseError naming the file otherwise."""
+    data = parse_json(read_limited(path), str(path))
     validate_record(data, kind, str(path))
     return data
 

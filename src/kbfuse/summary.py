@@ -26,7 +26,7 @@ import pandas as pd
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import as_float, write_text
-from kbfuse.records import inside, parse_json, staged, validate_record
+from kbfuse.records import inside, parse_json, read_limited, staged, validate_record
 from kbfuse.summary_layout import (  # noqa: F401 - re-exported for callers of kbfuse.summary
     PLOT_CONTROL_BIT_EQUALITY,
     TABLES,
@@ -87,7 +87,7 @@ _KINDS = {
 def _read_result(path: Path, kind: str) -> dict:
     if not path.is_file():
         raise KbfuseError(f"summary input {path} is missing")
-    data = parse_json(path.read_bytes(), f"summary input {path}")
+    data = parse_json(read_limited(path), f"summary input {path}")
     if not isinstance(data, dict):
         raise KbfuseError(f"summary input {path}: expected a JSON object")
     if data.get("kind") != kind:
@@ -787,14 +787,14 @@ def write_summary(
     from kbfuse import plots  # matplotlib only where plots are drawn
 
     tables = build_tables(results_dir, config)
+    written: list[Path] = []
     with staged(outdir) as stage:  # nothing appears in outdir before every file is complete
         for name, df in tables.items():
-            write_table(df, stage, name)
+            written += write_table(df, stage, name)
             checkpoint("summary", name)
         for task in config["tasks"]:
-            plots.plot_tail_times(tables["timing_tail"], task, stage / tail_plot_name(task))
-        plots.plot_control_bit_equality(
-            tables["control_bit_equality"], stage / PLOT_CONTROL_BIT_EQUALITY
-        )
-        names = sorted(p.name for p in stage.iterdir())
-    return [Path(outdir) / name for name in names]
+            written.append(stage / tail_plot_name(task))
+            plots.plot_tail_times(tables["timing_tail"], task, written[-1])
+        written.append(stage / PLOT_CONTROL_BIT_EQUALITY)
+        plots.plot_control_bit_equality(tables["control_bit_equality"], written[-1])
+    return [Path(outdir) / p.name for p in written]

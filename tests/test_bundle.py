@@ -276,7 +276,7 @@ def test_unsafe_members_are_refused(made, tmp_path, name, kind):
     with pytest.raises(KbfuseError, match="unsafe path|link or special file"):
         verify_bundle(out)
     assert not (tmp_path.parent / "evil.json").exists()
-    assert cli.main(["verify-bundle", str(out)]) == cli.EXIT_REFUSED
+    assert cli.main(["verify-bundle", str(out)]) == cli.EXIT_PROBLEMS
 
 
 def test_not_a_bundle_is_refused(tmp_path):
@@ -309,8 +309,8 @@ def test_cli_verify_bundle_exit_codes(made, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert [c["path"] for c in report["changed"]] == [name]
 
-    assert cli.main(["verify-bundle", str(tmp_path / "absent.tar.gz")]) == cli.EXIT_REFUSED
-    assert "not a readable" in capsys.readouterr().err
+    assert cli.main(["verify-bundle", str(tmp_path / "absent.tar.gz")]) == cli.EXIT_CANNOT_RUN
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_fingerprint_edit_is_caught_twice(made, tmp_path):

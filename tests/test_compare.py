@@ -11,7 +11,7 @@ from test_summary import make_config, write_study
 
 from kbfuse import cli
 from kbfuse.bundle import RESULTS_PREFIX, make_bundle
-from kbfuse.compare import ABSENT, COMPARISON_TABLES, bundle_labels, compare_bundles
+from kbfuse.compare import ABSENT, COMPARISON_TABLES, compare_bundles
 from kbfuse.errors import KbfuseError
 from kbfuse.manifest import build_manifest
 
@@ -43,7 +43,7 @@ def bundles(tmp_path_factory):
 
 def test_side_by_side_tables_hold_only_shared_keys(bundles):
     a, b, config_a, config_b = bundles
-    tables = compare_bundles([a, b])
+    tables = compare_bundles([a, b], ["h200", "h100"])
     assert list(tables) == COMPARISON_TABLES
 
     ftz = tables["ftz"]
@@ -70,7 +70,7 @@ def test_side_by_side_tables_hold_only_shared_keys(bundles):
 
 def test_differences_name_config_pin_fingerprint_and_unshared_rows(bundles):
     a, b, _, _ = bundles
-    diff = compare_bundles([a, b])["differences"]
+    diff = compare_bundles([a, b], ["h200", "h100"])["differences"]
     assert list(diff.columns) == ["section", "key", "h200", "h100"]
     rows = {(r.section, r.key): (r.h200, r.h100) for r in diff.itertuples()}
     assert rows[("config", "timing.rounds")] == ("5", "7")
@@ -93,16 +93,18 @@ def test_differences_name_config_pin_fingerprint_and_unshared_rows(bundles):
     assert all(h200 != h100 for h200, h100 in rows.values())
 
 
-def test_same_bundle_twice_has_no_differences(bundles):
+def test_same_bundle_twice_has_no_differences(bundles, tmp_path):
     a, _, _, _ = bundles
-    tables = compare_bundles([a, a])
-    assert bundle_labels([a, a]) == ["h200", "h200-2"]
+    tables = compare_bundles([a, a], workdir=tmp_path)
+    label = "NVIDIA H200, driver 580.95.05, NVRTC 13.0.88"  # the machine, from the fingerprint
+    assert list(tables["differences"].columns) == ["section", "key", label, f"{label} #2"]
     assert tables["differences"].empty
+    assert list(tmp_path.iterdir()) == []  # extracted results are removed
     ftz = tables["ftz"]
-    assert (ftz["effective_ftz[h200]"] == ftz["effective_ftz[h200-2]"]).all()
+    assert (ftz[f"effective_ftz[{label}]"] == ftz[f"effective_ftz[{label} #2]"]).all()
     tail = tables["tail_time"]
     pd.testing.assert_series_equal(
-        tail["median_ms[h200]"], tail["median_ms[h200-2]"], check_names=False
+        tail[f"median_ms[{label}]"], tail[f"median_ms[{label} #2]"], check_names=False
     )
 
 
@@ -126,4 +128,5 @@ def test_cli_compare_writes_every_table(bundles, tmp_path, capsys):
     written = pd.read_csv(out / "differences.csv")
     assert "timing.rounds" in set(written["key"])
     assert "difference(s) between the bundles" in capsys.readouterr().out
-    assert cli.main(["compare", str(a), str(tmp_path / "absent.tar.gz"), "--out", str(out)]) == 2
+    absent = str(tmp_path / "absent.tar.gz")
+    assert cli.main(["compare", str(a), absent, "--out", str(out)]) == cli.EXIT_CANNOT_RUN

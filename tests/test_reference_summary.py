@@ -106,7 +106,7 @@ def test_summarize_refuses_a_config_for_another_kernelbench_commit(tmp_path, cap
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump(cfg))
     args = ["summarize", str(REFERENCE), "--config", str(other), "--out", str(tmp_path / "s")]
-    assert cli.main(args) == cli.EXIT_REFUSED
+    assert cli.main(args) == cli.EXIT_PROBLEMS
     err = capsys.readouterr().err
     assert "kernelbench/pin.json: field commit is '423217d9" in err
     assert "stale or tampered" in err
@@ -115,11 +115,13 @@ def test_summarize_refuses_a_config_for_another_kernelbench_commit(tmp_path, cap
 
 def test_summarize_names_a_missing_result_and_a_missing_config(tmp_path, capsys):
     out = str(tmp_path / "s")
-    assert cli.main(["summarize", str(tmp_path), "--config", str(CONFIG), "--out", out]) == 2
+    args = ["summarize", str(tmp_path), "--config", str(CONFIG), "--out", out]
+    assert cli.main(args) == cli.EXIT_PROBLEMS
     assert "summary input " in capsys.readouterr().err
     missing = str(tmp_path / "nope.yaml")
-    assert cli.main(["summarize", str(REFERENCE), "--config", missing, "--out", out]) == 2
-    assert f"config file {missing}: No such file or directory" in capsys.readouterr().err
+    args = ["summarize", str(REFERENCE), "--config", missing, "--out", out]
+    assert cli.main(args) == cli.EXIT_CANNOT_RUN
+    assert f"config file {missing} does not exist" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- tables vs records

@@ -4,13 +4,19 @@ Each bundle is verified first (a bundle that fails is refused), its summary tabl
 from its own results and its own config (quoted in its manifest), and the tables are joined
 on their keys. Only keys present in every bundle are compared; the `differences` table lists
 what is not shared: config keys, the KernelBench pin and fingerprint fields that differ, and
-rows that exist in some bundles only. Value columns are named `<column>[<bundle label>]`.
+rows that exist in some bundles only. Value columns are named `<column>[<bundle label>]`;
+a bundle's label is its machine (GPU, driver, NVRTC, from its fingerprint) unless given.
+
+Bundles are untrusted: each is read by `kbfuse.bundle` (bounded, names checked, manifest and
+config against their schemas) and its records by `kbfuse.records`, so nothing a bundle says
+can make the comparison read or write outside the bundle and the given work directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +26,7 @@ import pandas as pd
 
 from kbfuse.bundle import open_bundle
 from kbfuse.errors import KbfuseError
+from kbfuse.manifest import environment_of
 from kbfuse.summary import build_tables, flatten, write_table
 
 ABSENT = "(absent)"
@@ -46,25 +53,57 @@ class BundleView:
     tables: dict[str, pd.DataFrame]
 
 
-def bundle_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Short unique labels: the file name without .tar.gz, numbered when repeated."""
-    labels: list[str] = []
-    for p in paths:
-        name = Path(p).name
-        for suffix in (".tar.gz", ".tgz"):
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        label, n = name, 2
-        while label in labels:
-            label, n = f"{name}-{n}", n + 1
-        labels.append(label)
-    return labels
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+()/,:-]{0,79}$")
 
 
-def load_bundle(path: str | os.PathLike, label: str) -> BundleView:
-    """Verify one bundle and build its summary tables; a failed verification is refused."""
-    with open_bundle(path) as (report, results, manifest):
+def check_label(label: str) -> str:
+    """An explicit label: 1-80 characters, letters, digits, space and ._+()/,:- (it becomes
+    a column name in the tables, inside [...])."""
+    if not isinstance(label, str) or not LABEL_PATTERN.match(label):
+        raise KbfuseError(
+            f"label {label!r} is not usable: 1-80 characters from letters, digits, "
+            "space and ._+()/,:- (starting with a letter or digit)"
+        )
+    return label
+
+
+def _clean(value: Any) -> str:
+    text = "" if value is None else str(value)
+    text = "".join(c if c.isalnum() or c in " ._+()-" else "?" for c in text).strip()
+    return text[:40] or "?"
+
+
+def machine_label(manifest: dict) -> str:
+    """The machine a bundle's results come from, from its fingerprint: GPU, driver, NVRTC."""
+    env = environment_of(manifest)
+    fp = manifest.get("fingerprint") or {}
+    nvrtc = fp.get("nvrtc") if isinstance(fp.get("nvrtc"), dict) else {}
+    toolchain = nvrtc.get("full_version") or env.get("nvrtc")
+    return (
+        f"{_clean(env.get('gpu'))}, driver {_clean(env.get('driver'))}, NVRTC {_clean(toolchain)}"
+    )
+
+
+def unique_labels(labels: Sequence[str]) -> list[str]:
+    """Labels made unique by numbering repeats: `x`, `x #2`, ..."""
+    out: list[str] = []
+    for label in labels:
+        candidate, n = label, 2
+        while candidate in out:
+            candidate, n = f"{label} #{n}", n + 1
+        out.append(candidate)
+    return out
+
+
+def load_bundle(
+    path: str | os.PathLike, label: str | None = None, workdir: str | os.PathLike | None = None
+) -> BundleView:
+    """Verify one bundle and build its summary tables; a failed verification is refused.
+
+    Without a label the bundle is labelled by its machine (`machine_label`); the results are
+    extracted under workdir and removed once the tables are built.
+    """
+    with open_bundle(path, workdir) as (report, results, manifest):
         if not report["ok"]:
             problems = (
                 [c["path"] for c in report["changed"]]
@@ -75,6 +114,7 @@ def load_bundle(path: str | os.PathLike, label: str) -> BundleView:
             )
             raise KbfuseError(f"bundle {path} failed verification: {', '.join(problems)}")
         tables = build_tables(results, manifest["config"])
+    label = machine_label(manifest) if label is None else label
     return BundleView(label=label, path=Path(path), manifest=manifest, tables=tables)
 
 
@@ -148,11 +188,28 @@ def differences_table(views: Sequence[BundleView], row_differences: list[dict]) 
     return pd.DataFrame(rows, columns=["section", "key", *[v.label for v in views]])
 
 
-def compare_bundles(paths: Sequence[str | os.PathLike]) -> dict[str, pd.DataFrame]:
-    """Side-by-side tables (ftz, bit_identity, tail_time, full_time) and `differences`."""
+def compare_bundles(
+    paths: Sequence[str | os.PathLike],
+    labels: Sequence[str] | None = None,
+    workdir: str | os.PathLike | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Side-by-side tables (ftz, bit_identity, tail_time, full_time) and `differences`.
+
+    Columns are labelled by `labels` (one per bundle, checked by `check_label`) or else by
+    each bundle's machine; repeated labels are numbered. Bundles are extracted, one at a
+    time, under workdir (the system's temporary directory when None).
+    """
     if len(paths) < 2:
         raise KbfuseError(f"compare needs at least two bundles, got {len(paths)}")
-    views = [load_bundle(p, label) for p, label in zip(paths, bundle_labels(paths), strict=True)]
+    if labels is not None:
+        if len(labels) != len(paths):
+            raise KbfuseError(f"{len(labels)} label(s) given for {len(paths)} bundles")
+        labels = [check_label(label) for label in labels]
+        if len(set(labels)) != len(labels):
+            raise KbfuseError(f"labels {list(labels)} repeat one another")
+    views = [load_bundle(p, labels[i] if labels else None, workdir) for i, p in enumerate(paths)]
+    for view, label in zip(views, unique_labels([v.label for v in views]), strict=True):
+        view.label = label
     tables: dict[str, pd.DataFrame] = {}
     row_differences: list[dict] = []
     for name in SIDE_BY_SIDE:

@@ -13,6 +13,7 @@ deliberate forger, who can recompute the hash: it is a checksum, not a signature
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import json
 import os
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kbfuse import __version__
+from kbfuse import __version__, records
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_text
 
@@ -131,30 +132,105 @@ def _walk_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def load_manifest(manifest: str | os.PathLike | Mapping[str, Any]) -> tuple[dict, list[str]]:
-    """The manifest and the problems with its own form (canonical bytes, kind, content hash)."""
-    problems: list[str] = []
-    if isinstance(manifest, Mapping):
-        data = dict(manifest)
-        label = "manifest"
-    else:
-        label = str(manifest)
-        raw = Path(manifest).read_bytes()
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise KbfuseError(f"manifest {label} is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise KbfuseError(f"manifest {label}: expected a JSON object")
-        if dumps_json(data).encode() != raw:
-            problems.append(f"{label}: bytes differ from the canonical form (edited)")
+def _check_config(data: Mapping[str, Any], label: str) -> None:
+    """The quoted config must pass the study's config schema: its variant names become paths."""
+    from kbfuse.config import validate_schema
+
+    try:
+        validate_schema(copy.deepcopy(dict(data["config"])))
+    except KbfuseError as exc:
+        raise KbfuseError(f"manifest {label}: field config: {exc}") from None
+
+
+def _check_form(data: Any, label: str, problems: list[str]) -> dict:
+    """Schema (KbfuseError) and content hash (a problem) of a parsed manifest."""
+    if not isinstance(data, Mapping):
+        raise KbfuseError(f"manifest {label}: expected a JSON object")
     if data.get("kind") != MANIFEST_KIND:
         raise KbfuseError(f"manifest {label}: field kind is {data.get('kind')!r}, not 'manifest'")
-    if not isinstance(data.get("files"), Mapping):
-        raise KbfuseError(f"manifest {label}: field files is missing or not a mapping")
-    if data.get("content_sha256") != content_sha256(data):
+    records.validate_record(data, "manifest", f"manifest {label}")
+    _check_config(data, label)
+    if data["content_sha256"] != content_sha256(data):
         problems.append(f"{label}: field content_sha256 does not match its content (edited)")
-    return data, problems
+    return dict(data)
+
+
+def manifest_from_bytes(raw: bytes, label: str) -> tuple[dict, list[str]]:
+    """A manifest's bytes parsed and checked; (manifest, problems with its form)."""
+    data = records.parse_json(raw, f"manifest {label}")
+    problems: list[str] = []
+    if isinstance(data, dict) and dumps_json(data).encode() != raw:
+        problems.append(f"{label}: bytes differ from the canonical form (edited)")
+    return _check_form(data, label, problems), problems
+
+
+def load_manifest(manifest: str | os.PathLike | Mapping[str, Any]) -> tuple[dict, list[str]]:
+    """The manifest and the problems with its own form (canonical bytes, content hash).
+
+    KbfuseError when it is not a manifest at all: not JSON, or against its schema
+    (`kbfuse/schemas/manifest.schema.json`, its config against the config schema).
+    """
+    if isinstance(manifest, Mapping):
+        problems: list[str] = []
+        return _check_form(manifest, "manifest", problems), problems
+    try:
+        raw = Path(manifest).read_bytes()
+    except OSError as exc:
+        raise KbfuseError(f"manifest {manifest} cannot be read: {exc.strerror}") from None
+    return manifest_from_bytes(raw, str(manifest))
+
+
+def compare_with_manifest(
+    data: Mapping[str, Any],
+    problems: list[str],
+    actual: Mapping[str, Mapping[str, Any] | None],
+    quoted: Mapping[str, bytes | None],
+) -> dict[str, Any]:
+    """The verification report of files found (relative path -> sha256 and bytes; None for
+    a file the manifest does not list) against the manifest; `quoted` holds the bytes of the
+    fingerprint and pin files found."""
+    listed = data["files"]
+    problems = list(problems)
+    changed, missing = [], []
+    for rel in sorted(listed):
+        if not is_safe_relpath(rel):
+            problems.append(f"manifest lists an unsafe path {rel!r}")
+            continue
+        if rel not in actual:
+            missing.append(rel)
+            continue
+        got, expected = actual[rel], listed[rel]
+        if got["sha256"] != expected["sha256"] or got["bytes"] != expected["bytes"]:
+            changed.append(
+                {
+                    "path": rel,
+                    "expected_sha256": expected["sha256"],
+                    "actual_sha256": got["sha256"],
+                    "expected_bytes": expected["bytes"],
+                    "actual_bytes": got["bytes"],
+                }
+            )
+    for rel, key in ((FINGERPRINT, "fingerprint"), (PIN, "kernelbench_pin")):
+        raw = quoted.get(rel)
+        if rel not in listed or raw is None:
+            continue
+        try:
+            on_disk = records.parse_json(raw, rel)
+        except KbfuseError:
+            continue  # already reported as changed
+        if on_disk != data.get(key):
+            problems.append(f"manifest field {key} differs from {rel}")
+    extra = sorted(rel for rel in actual if rel not in listed)
+    return {
+        "ok": not (changed or missing or extra or problems),
+        "checked": len(listed),
+        "changed": changed,
+        "missing": missing,
+        "extra": extra,
+        "manifest_problems": problems,
+        "environment": environment_of(data),
+        "pin": {k: (data.get("kernelbench_pin") or {}).get(k) for k in ("url", "commit")},
+    }
 
 
 def verify_manifest(
@@ -172,49 +248,11 @@ def verify_manifest(
     """
     root = Path(root)
     data, problems = load_manifest(manifest)
-    listed = data["files"]
-    changed, missing = [], []
-    for rel in sorted(listed):
-        if not is_safe_relpath(rel):
-            problems.append(f"manifest lists an unsafe path {rel!r}")
-            continue
-        path = root / rel
-        if not path.is_file():
-            missing.append(rel)
-            continue
-        actual, expected = file_record(path), listed[rel]
-        if actual["sha256"] != expected.get("sha256") or actual["bytes"] != expected.get("bytes"):
-            changed.append(
-                {
-                    "path": rel,
-                    "expected_sha256": expected.get("sha256"),
-                    "actual_sha256": actual["sha256"],
-                    "expected_bytes": expected.get("bytes"),
-                    "actual_bytes": actual["bytes"],
-                }
-            )
-    patterns = list(ignore)
-    extra = [
-        rel
+    patterns, listed = list(ignore), data["files"]
+    actual = {  # only listed files are hashed; others are named as extra
+        rel: file_record(root / rel) if rel in listed else None
         for rel in _walk_files(root)
-        if rel not in listed and not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
-    ]
-    for rel, key in ((FINGERPRINT, "fingerprint"), (PIN, "kernelbench_pin")):
-        path = root / rel
-        if rel in listed and path.is_file():
-            try:
-                on_disk = read_json(path)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue  # already reported as changed
-            if on_disk != data.get(key):
-                problems.append(f"manifest field {key} differs from {rel}")
-    return {
-        "ok": not (changed or missing or extra or problems),
-        "checked": len(listed),
-        "changed": changed,
-        "missing": missing,
-        "extra": extra,
-        "manifest_problems": problems,
-        "environment": environment_of(data),
-        "pin": {k: (data.get("kernelbench_pin") or {}).get(k) for k in ("url", "commit")},
+        if rel in listed or not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
     }
+    quoted = {rel: (root / rel).read_bytes() for rel in (FINGERPRINT, PIN) if rel in actual}
+    return compare_with_manifest(data, problems, actual, quoted)

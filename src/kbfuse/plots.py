@@ -39,12 +39,26 @@ def _save(fig, path: str | Path) -> None:
     write_bytes(path, buf.getvalue())
 
 
+def _require_finite(rows: pd.DataFrame, columns: list[str], what: str) -> None:
+    """Refuse, before anything is drawn, a value that cannot be plotted (NaN, inf, < 0)."""
+    for col in columns:
+        values = pd.to_numeric(rows[col], errors="coerce").to_numpy(dtype=float)
+        bad = [i for i, v in enumerate(values) if not (math.isfinite(v) and v >= 0)]
+        if bad:
+            row = rows.iloc[bad[0]]
+            raise KbfuseError(
+                f"{what}: column {col} is {row[col]!r} for {row.get('impl', row.get('variant'))}"
+                " (not a finite, non-negative number); nothing plotted"
+            )
+
+
 def plot_tail_times(timing_tail: pd.DataFrame, task: int, path: str | Path) -> None:
     """Median tail time (graph replay) per implementation for one task, with the floor."""
-    plt = _pyplot()
     rows = timing_tail[(timing_tail["task"] == task) & (timing_tail["method"] == GRAPH_METHOD)]
     if rows.empty:
         raise KbfuseError(f"timing_tail has no {GRAPH_METHOD!r} rows for task {task}")
+    _require_finite(rows, ["median_ms", "q1_ms", "q3_ms", "floor_ms"], f"timing_tail task {task}")
+    plt = _pyplot()
     impls = list(rows["impl"])
     medians = rows["median_ms"].to_numpy(dtype=float) * 1e3
     lower = medians - rows["q1_ms"].to_numpy(dtype=float) * 1e3
@@ -90,12 +104,13 @@ def plot_tail_times(timing_tail: pd.DataFrame, task: int, path: str | Path) -> N
 def plot_control_bit_equality(table: pd.DataFrame, path: str | Path) -> None:
     """Variant x control set, one panel per task: green where every element is bit-equal to
     eager, red where any differs; each cell shows bit-equal / total elements."""
-    plt = _pyplot()
-    from matplotlib.colors import ListedColormap
-
     tasks = list(dict.fromkeys(table["task"]))
     if not tasks:
         raise KbfuseError("control_bit_equality has no rows to plot")
+    _require_finite(table, ["elements", "elements_bit_equal"], "control_bit_equality")
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+
     variants = list(dict.fromkeys(table["variant"]))
     sets = list(dict.fromkeys(table["control_set"]))
     colors = ListedColormap(["#e8a29a", "#9fd49a"])  # differs, bit-identical

@@ -25,8 +25,9 @@ import pandas as pd
 
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
-from kbfuse.io import as_float, read_json, write_text
+from kbfuse.io import as_float, write_text
 from kbfuse.measure import position_effect
+from kbfuse.records import inside, parse_json, read_limited, staged, validate_record
 from kbfuse.summary_layout import (  # noqa: F401 - re-exported for callers of kbfuse.summary
     PLOT_CONTROL_BIT_EQUALITY,
     TABLES,
@@ -87,10 +88,7 @@ _KINDS = {
 def _read_result(path: Path, kind: str) -> dict:
     if not path.is_file():
         raise KbfuseError(f"summary input {path} is missing")
-    try:
-        data = read_json(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise KbfuseError(f"summary input {path} is not valid JSON: {exc}") from exc
+    data = parse_json(read_limited(path), f"summary input {path}")
     if not isinstance(data, dict):
         raise KbfuseError(f"summary input {path}: expected a JSON object")
     if data.get("kind") != kind:
@@ -100,6 +98,7 @@ def _read_result(path: Path, kind: str) -> dict:
             f"{path}: field schema_version is {data.get('schema_version')!r}, "
             f"expected {SCHEMA_VERSION}"
         )
+    validate_record(data, kind, str(path))  # strict types, finite times, counts
     return data
 
 
@@ -109,7 +108,7 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
     loaded: dict[tuple, dict] = {}
     paths: dict[tuple, Path] = {}
     for key, rel in result_paths(config).items():
-        paths[key] = root / rel
+        paths[key] = inside(root, rel)
         loaded[key] = _read_result(paths[key], _KINDS[key[0]])
     res = StudyResults(
         config=config,
@@ -925,16 +924,14 @@ def write_summary(
     from kbfuse import plots  # matplotlib only where plots are drawn
 
     tables = build_tables(results_dir, config)
-    outdir = Path(outdir)
     written: list[Path] = []
-    for name, df in tables.items():
-        written += write_table(df, outdir, name)
-        checkpoint("summary", name)
-    for task in config["tasks"]:
-        target = outdir / tail_plot_name(task)
-        plots.plot_tail_times(tables["timing_tail"], task, target)
-        written.append(target)
-    target = outdir / PLOT_CONTROL_BIT_EQUALITY
-    plots.plot_control_bit_equality(tables["control_bit_equality"], target)
-    written.append(target)
-    return written
+    with staged(outdir) as stage:  # nothing appears in outdir before every file is complete
+        for name, df in tables.items():
+            written += write_table(df, stage, name)
+            checkpoint("summary", name)
+        for task in config["tasks"]:
+            written.append(stage / tail_plot_name(task))
+            plots.plot_tail_times(tables["timing_tail"], task, written[-1])
+        written.append(stage / PLOT_CONTROL_BIT_EQUALITY)
+        plots.plot_control_bit_equality(tables["control_bit_equality"], written[-1])
+    return [Path(outdir) / p.name for p in written]

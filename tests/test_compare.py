@@ -13,14 +13,17 @@ from kbfuse import cli
 from kbfuse.bundle import RESULTS_PREFIX, make_bundle
 from kbfuse.compare import ABSENT, COMPARISON_TABLES, compare_bundles
 from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json, write_json
 from kbfuse.manifest import build_manifest
 
 OTHER_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def bundle_for(base, name, config, **machine):
+def bundle_for(base, name, config, edit=None, **machine):
     root = base / name / "results"
     write_study(root, config, **machine)
+    if edit is not None:
+        edit(root)
     manifest = base / name / "manifest.json"
     build_manifest(root, result_files(root, config), config, manifest)
     return make_bundle(root, manifest, base / f"{name}.tar.gz")
@@ -130,3 +133,33 @@ def test_cli_compare_writes_every_table(bundles, tmp_path, capsys):
     assert "difference(s) between the bundles" in capsys.readouterr().out
     absent = str(tmp_path / "absent.tar.gz")
     assert cli.main(["compare", str(a), absent, "--out", str(out)]) == cli.EXIT_CANNOT_RUN
+
+
+def as_cuda12(root):
+    """The same study as if the NVRTC variants had been compiled by NVRTC 12.9: another
+    compiler in the metadata, and (made up) one flushing difference fewer on task 81."""
+    for meta_path in root.glob("compile/nvrtc-*/meta.json"):
+        meta = read_json(meta_path)
+        meta["compiler"].update(version="12.9", full_version="12.9.86")
+        write_json(meta_path, meta)
+    controls = read_json(root / "controls/81.json")
+    controls["exhaustive"]["nvrtc-cubin-ftz"]["differ"] = 999
+    write_json(root / "controls/81.json", controls)
+
+
+def test_a_cuda12_bundle_beside_a_cuda13_one_says_variant_by_variant_what_changed(tmp_path):
+    config = make_config(variants=("cupy-default", "nvrtc-cubin-noftz", "nvrtc-cubin-ftz"))
+    a = bundle_for(tmp_path, "cuda13", config)
+    b = bundle_for(tmp_path, "cuda12", config, edit=as_cuda12)
+    tables = compare_bundles([a, b], ["cuda13", "cuda12"])
+    toolchain = tables["toolchain"].set_index("variant")
+    assert toolchain.loc["nvrtc-cubin-noftz", "toolchain[cuda13]"] == "nvrtc 13.0.88"
+    assert toolchain.loc["nvrtc-cubin-noftz", "toolchain[cuda12]"] == "nvrtc 12.9.86"
+    assert toolchain.loc["nvrtc-cubin-noftz", "changed"] == "toolchain"
+    assert toolchain.loc["cupy-default", "changed"] == ""  # CuPy's route: not rebuilt
+    exhaustive = tables["exhaustive"]
+    changed = exhaustive[exhaustive["changed"] != ""]
+    assert list(zip(changed["task"], changed["variant"], changed["changed"], strict=True)) == [
+        (81, "nvrtc-cubin-ftz", "differ")
+    ]
+    assert list(changed["differ[cuda13]"]) == [1000] and list(changed["differ[cuda12]"]) == [999]

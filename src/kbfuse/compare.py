@@ -5,7 +5,9 @@ from its own results and its own config (quoted in its manifest), and the tables
 on their keys. Only keys present in every bundle are compared; the `differences` table lists
 what is not shared: config keys, the KernelBench pin and fingerprint fields that differ, and
 rows that exist in some bundles only. Value columns are named `<column>[<bundle label>]`;
-a bundle's label is its machine (GPU, driver, NVRTC, from its fingerprint) unless given.
+a bundle's label is its machine (GPU, driver, NVRTC, from its fingerprint) unless given. Each
+row's `changed` names the value columns that are not the same in every bundle: in the
+`toolchain` and `exhaustive` tables, variant by variant, what another toolchain changed.
 
 Bundles are untrusted: each is read by `kbfuse.bundle` (bounded, names checked, manifest and
 config against their schemas) and its records by `kbfuse.records`, so nothing a bundle says
@@ -41,6 +43,13 @@ SIDE_BY_SIDE: dict[str, tuple[tuple[str, ...], list[str], list[str]]] = {
     ),
     "tail_time": (("timing_tail",), ["task", "impl", "method"], ["median_ms", "pct_of_floor"]),
     "full_time": (("timing_full",), ["task", "impl", "method"], ["median_ms"]),
+    # the numerical contract across toolchains (a CUDA 12 bundle beside a CUDA 13 one)
+    "toolchain": (
+        ("compiler_contract",),
+        ["variant", "route"],
+        ["toolchain", "artifact_sha256", "ptx_ftz_count", "sass_ftz_count", "effective_ftz"],
+    ),
+    "exhaustive": (("exhaustive",), ["task", "variant"], ["differ", "bit_identical"]),
 }
 COMPARISON_TABLES = [*SIDE_BY_SIDE, "differences"]
 
@@ -160,7 +169,25 @@ def side_by_side(
                     **{label: "present" if ok else ABSENT for label, ok in present.items()},
                 }
             )
-    return merged.reset_index(drop=True), differences
+    merged = merged.reset_index(drop=True)
+    merged["changed"] = [
+        _changed(row, values, [label for label, _ in frames]) for _, row in merged.iterrows()
+    ]
+    return merged, differences
+
+
+def _changed(row: pd.Series, values: list[str], labels: list[str]) -> str:
+    """The value columns whose values are not the same in every bundle, for one shared key."""
+
+    def same(column: str) -> bool:
+        cells = [row[f"{column}[{label}]"] for label in labels]
+        return all(_cell(c) == _cell(cells[0]) for c in cells)
+
+    return ", ".join(column for column in values if not same(column))
+
+
+def _cell(value: Any) -> Any:
+    return None if pd.isna(value) else value
 
 
 def _leaves(node: Any) -> dict[str, str]:
@@ -193,7 +220,7 @@ def compare_bundles(
     labels: Sequence[str] | None = None,
     workdir: str | os.PathLike | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Side-by-side tables (ftz, bit_identity, tail_time, full_time) and `differences`.
+    """Side-by-side tables (SIDE_BY_SIDE) and `differences`.
 
     Columns are labelled by `labels` (one per bundle, checked by `check_label`) or else by
     each bundle's machine; repeated labels are numbered. Bundles are extracted, one at a

@@ -1,5 +1,6 @@
 # kbfuse: fused pointwise CUDA tails on KernelBench level-2 tasks, checked bit for bit
 # against PyTorch and timed against eager, TorchScript and Inductor. See README.md.
+import os
 import sys
 from pathlib import Path
 
@@ -7,9 +8,15 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
-# The library lives in src/ (scripts find it through workflow/scripts/kbfuse, a link to it,
-# since Snakemake puts a script's own folder on its path).
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+# The library lives in src/. This checkout's copy must win over any installed kbfuse (from
+# another clone, say), in this process and in every job: Snakemake's script preamble only
+# *appends* the script's folder (where workflow/scripts/kbfuse links to src/kbfuse) to the
+# path, after site-packages, so the jobs get src/ first through PYTHONPATH, which they inherit.
+KBFUSE_SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, KBFUSE_SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [KBFUSE_SRC, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+)
 
 
 configfile: "config/config.yaml"

@@ -1,6 +1,5 @@
 # kbfuse: fused pointwise CUDA tails on KernelBench level-2 tasks, checked bit for bit
 # against PyTorch and timed against eager, TorchScript and Inductor. See README.md.
-import os
 import sys
 from pathlib import Path
 
@@ -12,11 +11,11 @@ min_version("9.0")
 # another clone, say), in this process and in every job: Snakemake's script preamble only
 # *appends* the script's folder (where workflow/scripts/kbfuse links to src/kbfuse) to the
 # path, after site-packages, so the jobs get src/ first through PYTHONPATH, which they inherit.
-KBFUSE_SRC = str(Path(workflow.basedir) / "src")
-sys.path.insert(0, KBFUSE_SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [KBFUSE_SRC, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-)
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from kbfuse.jobs import put_first_on_jobs_path
+
+put_first_on_jobs_path(Path(workflow.basedir) / "src")
 
 
 configfile: "config/config.yaml"

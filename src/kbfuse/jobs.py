@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -53,6 +54,17 @@ def require_gpu(stage: str, torch: bool = True) -> None:
             f"(torch {torch_module.__version__}, built for CUDA {torch_module.version.cuda}). "
             + ADVICE
         )
+
+
+def put_first_on_jobs_path(src: str | Path) -> None:
+    """Put `src` first on PYTHONPATH, which every job Snakemake starts inherits.
+
+    Snakemake's script preamble only appends the script's folder to `sys.path`, after
+    site-packages: without this, a kbfuse installed from another clone would run in the jobs
+    instead of the checkout's own (whose files are the jobs' inputs)."""
+    src = str(src)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != src]
+    os.environ["PYTHONPATH"] = os.pathsep.join([src, *rest])
 
 
 @contextlib.contextmanager

@@ -150,8 +150,9 @@ class _GitRunner:
         return stdout.strip()
 
     def _run(self, argv: list[str], cwd: Path | None) -> tuple[int, str, str]:
-        # git runs its transport helpers (git-remote-https, ssh) as children that hold its
-        # pipes open: on a timeout the whole process group goes, or reading them never ends.
+        # git runs its transport helpers (git-remote-https, ssh) as children: on a timeout the
+        # whole process group goes, since killing git alone leaves them waiting on the remote
+        # and holding git's pipes open (so reading them would never end).
         with subprocess.Popen(
             argv,
             cwd=cwd,

@@ -13,7 +13,7 @@ min_version("9.0")
 # path, after site-packages, so the jobs get src/ first through PYTHONPATH, which they inherit.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from kbfuse.jobs import put_first_on_jobs_path
+from kbfuse.jobs import announce_cpu_target, put_first_on_jobs_path
 
 put_first_on_jobs_path(Path(workflow.basedir) / "src")
 
@@ -50,6 +50,8 @@ rule all:
         all_targets(),
 
 
+# An input function runs only when the target is asked for: then it says why nothing is
+# compiled when the architecture is left to a GPU (arch: auto).
 rule cpu:
     input:
-        cpu_targets(),
+        lambda wildcards: announce_cpu_target(config["arch"], cpu_targets()),

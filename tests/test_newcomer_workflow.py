@@ -14,13 +14,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import snakemake, write_test_config
+import torch
+from conftest import copy_workflow, snakemake, write_test_config
 from kbrepo import git
 
 from kbfuse.io import read_json, sha256_file
+from kbfuse.jobs import CPU_WITHOUT_ARCH
 from kbfuse.kernelbench import LOCAL_MIRROR, recorded_url
 
-PIN_TARGETS = ("cpu",)
+PIN_TARGETS = ("results/kernelbench/pin.json",)
+
+
+GPU_VISIBLE = torch.cuda.is_available()  # as test_no_gpu decides it
 
 
 def result_hashes(workdir: Path) -> dict[str, str]:
@@ -38,9 +43,7 @@ def jobs_planned(out: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pinned(tmp_path_factory, kb_repo):
-    """A workflow copy after `snakemake cpu` against the test repository at its own path."""
-    from conftest import copy_workflow
-
+    """A workflow copy with KernelBench pinned from the test repository at its own path."""
     workdir = copy_workflow(tmp_path_factory.mktemp("newcomer") / "wf")
     config = write_test_config(workdir, *kb_repo)
     snakemake(workdir, "--cores", "2", *PIN_TARGETS, "--configfile", str(config))
@@ -94,7 +97,6 @@ def test_another_commit_reruns_the_pin(pinned):
     assert planned.count("kernelbench_task") == 3
     assert planned.count("kernelbench_pin") == 1
     assert "Params have changed since last execution" in out
-    assert not [rule for rule in planned if rule.startswith("compile")]  # kernels don't read it
 
 
 @pytest.mark.parametrize(
@@ -118,3 +120,83 @@ def test_another_commit_reruns_the_pin(pinned):
 )
 def test_recorded_url_keeps_network_urls_without_credentials(url, recorded):
     assert recorded_url(url) == (url if recorded is None else recorded)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def output_of(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_the_cpu_target_without_an_architecture_says_why_it_compiles_nothing(pinned):
+    workdir, kb = pinned
+    config = write_test_config(workdir, *kb)
+    for dry in ([], ["-n"]):
+        args = [*dry, "--cores", "1", "cpu", "--configfile", str(config), "--config", "arch=auto"]
+        out = output_of(snakemake(workdir, *args))
+        assert out.count(CPU_WITHOUT_ARCH) == 1, out
+        assert CPU_WITHOUT_ARCH.startswith("kbfuse: the cpu target compiles no kernel")
+        assert "--config arch=sm_90" in CPU_WITHOUT_ARCH
+    # Named architecture, or another target: no such line.
+    out = output_of(snakemake(workdir, "-n", "--cores", "1", "cpu", "--configfile", str(config)))
+    assert "compiles no kernel" not in out
+    assert "rule compile_variant:" in out
+    args = ["-n", "--cores", "1", "results/kernelbench/pin.json", "--configfile", str(config)]
+    out = output_of(snakemake(workdir, *args, "--config", "arch=auto"))
+    assert "compiles no kernel" not in out
+
+
+def test_a_failing_job_says_its_message_once_without_a_traceback(tmp_path, kb_repo):
+    workdir = copy_workflow(tmp_path / "wf")
+    absent = "0123456789abcdef0123456789abcdef01234567"
+    config = write_test_config(workdir, kb_repo[0], absent)
+    args = ["--cores", "1", "results/kernelbench/checkout.json", "--configfile", str(config)]
+    proc = snakemake(workdir, *args, check=False)
+    out = output_of(proc)
+    assert proc.returncode == 1
+    message = f"kernelbench.commit {absent} is not in the repository"
+    assert out.count(message) == 1, out
+    assert f"kbfuse: kernelbench_checkout failed: {message}" in proc.stderr
+    assert "Traceback" not in out
+    assert "Error in rule kernelbench_checkout" in out
+    assert "Shell command" not in out
+    log = (workdir / "results/logs/kernelbench/checkout.log").read_text()
+    assert log.count(message) == 1 and "Traceback" not in log
+    assert not (workdir / "results/kernelbench/checkout").exists()
+
+
+@pytest.mark.skipif(
+    GPU_VISIBLE, reason="a CUDA GPU is visible: the no-GPU failure cannot be provoked here"
+)
+def test_a_gpu_job_without_a_gpu_says_so_once(tmp_path, kb_repo):
+    workdir = copy_workflow(tmp_path / "wf")
+    config = write_test_config(workdir, *kb_repo)
+    args = ["--cores", "1", "results/env/fingerprint.json", "--configfile", str(config)]
+    proc = snakemake(workdir, *args, check=False)
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert out.count("needs a CUDA GPU, but the CUDA driver sees none") == 1, out
+    assert "kbfuse: env failed: stage 'env' needs a CUDA GPU" in proc.stderr
+    assert "Traceback" not in out
+    assert "Shell command" not in out
+
+
+def test_a_held_lock_is_one_clear_message(pinned):
+    """Snakemake's own message, without a traceback, naming the way out (--unlock)."""
+    workdir, kb = pinned
+    config = write_test_config(workdir, *kb)
+    locks = workdir / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.output.lock").write_text("results/kernelbench/pin.json\n")
+    try:
+        args = ["--cores", "1", "cpu", "--configfile", str(config), "-R", "kernelbench_pin"]
+        proc = snakemake(workdir, *args, check=False)
+    finally:
+        (locks / "0.output.lock").unlink()
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert out.count("Directory cannot be locked") == 1
+    assert "the --unlock argument" in out
+    assert "Traceback" not in out
+    assert jobs_planned(out) == []

@@ -79,3 +79,15 @@ def test_a_job_imports_the_checkouts_kbfuse_not_an_installed_one(tmp_path, kb_re
     imports = marker.read_text().splitlines()
     assert len(imports) == 2
     assert set(imports) == {str(ours)}
+
+
+def test_the_checkouts_src_goes_first_once_on_the_jobs_path(monkeypatch, tmp_path):
+    from kbfuse.jobs import put_first_on_jobs_path
+
+    src, other = str(tmp_path / "src"), str(tmp_path / "other")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([other, src, ""]))
+    put_first_on_jobs_path(src)
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([src, other])
+    monkeypatch.delenv("PYTHONPATH")
+    put_first_on_jobs_path(tmp_path / "src")
+    assert os.environ["PYTHONPATH"] == src

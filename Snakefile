@@ -7,9 +7,15 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
-# The library lives in src/ (scripts find it through workflow/scripts/kbfuse, a link to it,
-# since Snakemake puts a script's own folder on its path).
+# The library lives in src/. This checkout's copy must win over any installed kbfuse (from
+# another clone, say), in this process and in every job: Snakemake's script preamble only
+# *appends* the script's folder (where workflow/scripts/kbfuse links to src/kbfuse) to the
+# path, after site-packages, so the jobs get src/ first through PYTHONPATH, which they inherit.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from kbfuse.jobs import announce_cpu_target, put_first_on_jobs_path
+
+put_first_on_jobs_path(Path(workflow.basedir) / "src")
 
 
 configfile: "config/config.yaml"
@@ -50,6 +56,8 @@ rule all:
         all_targets(),
 
 
+# An input function runs only when the target is asked for: then it says why nothing is
+# compiled when the architecture is left to a GPU (arch: auto).
 rule cpu:
     input:
-        cpu_targets(),
+        lambda wildcards: announce_cpu_target(config["arch"], cpu_targets()),

@@ -76,7 +76,7 @@ def test_pin_records_commit_paths_and_hashes(tmp_path, kbrepo):
     assert pin == json.loads((tmp_path / "pin.json").read_text())
     assert pin["kind"] == "kernelbench_pin"
     assert pin["schema_version"] == 1
-    assert pin["url"] == url
+    assert pin["url"] == "local mirror"  # a path of this machine is never recorded
     assert pin["commit"] == pin["head"] == commit
     assert pin["level"] == 2
     assert sorted(pin["tasks"]) == ["53", "81", "95"]
@@ -93,6 +93,7 @@ def test_pin_records_commit_paths_and_hashes(tmp_path, kbrepo):
     text = log.read_text()
     assert "$ git fetch --no-tags --depth 1" in text
     assert f"pinned {commit} (shallow fetch)" in text
+    assert url not in text and "$ git ls-remote -- local mirror HEAD" in text
     assert read_pin(tmp_path / "pin.json") == pin
 
 
@@ -109,7 +110,7 @@ def test_pin_subset_of_tasks_and_file_url(tmp_path, kbrepo):
     url, commit, _ = kbrepo
     pin = pin_into(tmp_path, Path(url).as_uri(), commit, tasks=[81])
     assert list(pin["tasks"]) == ["81"]
-    assert pin["url"] == Path(url).as_uri()
+    assert pin["url"] == "local mirror"
 
 
 def test_pin_relative_local_path(tmp_path, kbrepo, monkeypatch):

@@ -64,15 +64,16 @@ def planned_outputs(workdir: Path, *args: str) -> dict[tuple[str, str], list[str
     rule = wildcards = files = None
     for line in [*proc.stdout.splitlines(), ""]:
         line = line.strip()
+        # A job's block ends at a blank line, a timestamp line or the next job's rule line.
+        if rule and (not line or line.startswith("[") or re.match(r"^(?:local)?rule ", line)):
+            outputs[(rule, wildcards)] = files
+            rule = None
         if m := re.match(r"^(?:local)?rule (\w+):$", line):
             rule, wildcards, files = m.group(1), "", []
         elif rule and (m := re.match(r"^output: (.*)$", line)):
             files = m.group(1).split(", ")
         elif rule and (m := re.match(r"^wildcards: (.*)$", line)):
             wildcards = m.group(1)
-        elif rule and not line:
-            outputs[(rule, wildcards)] = files
-            rule = None
     return outputs
 
 

@@ -8,6 +8,12 @@ MINOR). Device 0 is the first device CUDA_VISIBLE_DEVICES leaves visible, as for
 cuInit initialises the driver in this process: call kbfuse.cudacache.isolate before (the job
 wrapper kbfuse.jobs.job does), as before any other CUDA work.
 
+Why ctypes rather than NVIDIA's `cuda.bindings.driver`: for these five calls it would add a
+dependency that CPU installs do not otherwise have, published per CUDA major (12.x, 13.x) and
+so to be matched with each machine's driver, while `cuda.pathfinder` finds the driver library
+only by the system search that loading libcuda.so.1 here already is (its own error says so).
+Revisit if kbfuse ever needs more of the driver API.
+
 Errors are KbfuseErrors that name the problem: `NoCudaDriver` (the library cannot be loaded),
 `NoCudaDevice` (the driver reports no GPU), `CudaDriverError` (any other failing call, with the
 driver's own error name).

@@ -3,12 +3,19 @@
 `job(log, gpu=...)` sends the job's output to its log, isolates the CUDA compute cache
 and CuPy's kernel cache in a private scratch directory before anything can initialise
 CUDA, and, for GPU stages, fails fast with a clear message when no GPU is visible.
+
+A KbfuseError (bad input, or a machine that cannot run the stage) ends the job with exit
+status 1 and its one-line message, once, on the terminal and in the log, without a
+traceback; any other exception is a bug and keeps its traceback (in the log too).
+`put_first_on_jobs_path` makes the jobs import the checkout's own kbfuse;
+`announce_cpu_target` says why the `cpu` target compiles nothing without an architecture.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -55,6 +62,32 @@ def require_gpu(stage: str, torch: bool = True) -> None:
         )
 
 
+def put_first_on_jobs_path(src: str | Path) -> None:
+    """Put `src` first on PYTHONPATH, which every job Snakemake starts inherits.
+
+    Snakemake's script preamble only appends the script's folder to `sys.path`, after
+    site-packages: without this, a kbfuse installed from another clone would run in the jobs
+    instead of the checkout's own (whose files are the jobs' inputs)."""
+    src = str(src)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != src]
+    os.environ["PYTHONPATH"] = os.pathsep.join([src, *rest])
+
+
+CPU_WITHOUT_ARCH = (
+    "kbfuse: the cpu target compiles no kernel while arch is 'auto', which reads the "
+    "architecture from a GPU; to compile without one, name it: --config arch=sm_90"
+)
+_announced: set[str] = set()
+
+
+def announce_cpu_target(arch: str, targets: list[str]) -> list[str]:
+    """The `cpu` target's inputs, `targets`; says once why they hold no kernel for arch auto."""
+    if arch == "auto" and CPU_WITHOUT_ARCH not in _announced:
+        _announced.add(CPU_WITHOUT_ARCH)
+        print(CPU_WITHOUT_ARCH, file=sys.stderr, flush=True)
+    return targets
+
+
 @contextlib.contextmanager
 def job(log: str | Path, stage: str, gpu: bool = False, torch: bool = True) -> Iterator[dict]:
     """Context for one workflow job; yields the CUDA cache record to store in its output.
@@ -73,6 +106,7 @@ def job(log: str | Path, stage: str, gpu: bool = False, torch: bool = True) -> I
         root = logging.getLogger()
         root.addHandler(handler)
         root.setLevel(logging.INFO)
+        failure = None
         try:
             record = cudacache.isolate(scratch)
             logging.getLogger("kbfuse").info("stage %s; CUDA cache: %s", stage, record)
@@ -80,9 +114,15 @@ def job(log: str | Path, stage: str, gpu: bool = False, torch: bool = True) -> I
                 require_gpu(stage, torch=torch)
             yield record
             checkpoint("job-end", stage)  # outputs written, Snakemake not yet told
-        except Exception as exc:
+        except KbfuseError as exc:
+            failure = f"kbfuse: {stage} failed: {exc}"
             logging.getLogger("kbfuse").error("stage %s failed: %s", stage, exc)
-            print(f"kbfuse: {stage} failed: {exc}", file=sys.__stderr__)
-            raise
+        except Exception:
+            logging.getLogger("kbfuse").exception("stage %s failed", stage)
+            raise  # a bug, not bad input: its traceback goes to the log and the terminal
         finally:
             root.removeHandler(handler)
+    if failure is not None:
+        # Bad input or a machine that cannot run the stage: its message once, no traceback.
+        print(failure, file=sys.__stderr__, flush=True)
+        raise SystemExit(1)

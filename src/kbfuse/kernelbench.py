@@ -4,22 +4,34 @@
 by SHA, a full fetch otherwise), verifies HEAD, and records the sha256 of every task file.
 `load_task` re-hashes a task file against that record before importing it, so a result can
 always name the exact task source it ran.
+
+The commit (and each task file's sha256) is the identity; the URL is only transport. So a
+record names the URL as given only when it is a network URL (without any user name or password
+in it); a local path or file:// URL is recorded as `LOCAL_MIRROR`, since a path of this
+machine means nothing elsewhere. The job's log names the URL the same way.
+
+Every git call is bounded: an unreachable or silent remote fails after `KBFUSE_GIT_TIMEOUT_S`
+seconds (default 60), with the URL in the message, and git and its helpers are killed.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import itertools
+import math
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
@@ -27,7 +39,12 @@ from kbfuse.io import read_json, sha256_file, write_json
 
 PIN_KIND = "kernelbench_pin"
 SCHEMA_VERSION = 1
-GIT_TIMEOUT_S = 600.0
+GIT_TIMEOUT_ENV = "KBFUSE_GIT_TIMEOUT_S"
+GIT_TIMEOUT_S = 60.0  # default for each git call; a shallow fetch of KernelBench takes seconds
+LOCAL_MIRROR = "local mirror"
+_NETWORK_SCHEMES = {"http", "https", "git", "ssh", "git+ssh", "ssh+git"}
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+_SCP_LIKE_RE = re.compile(r"(?:(?P<user>[^@/:]+)@)?(?P<host>[A-Za-z0-9.-]{2,}):(?!//)(?P<path>.+)")
 TASK_FUNCTIONS = ("Model", "get_inputs", "get_init_inputs")
 
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -49,6 +66,48 @@ _GIT_LOCATION_VARS = (
 # --------------------------------------------------------------------------- git
 
 
+def git_timeout_s() -> float:
+    """Seconds each git call may take: $KBFUSE_GIT_TIMEOUT_S, or GIT_TIMEOUT_S when unset."""
+    raw = os.environ.get(GIT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return GIT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise KbfuseError(f"{GIT_TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def recorded_url(url: str) -> str:
+    """How records name the KernelBench URL `url` (see the module docstring)."""
+    parts = urlsplit(url)
+    if parts.scheme in _NETWORK_SCHEMES and parts.hostname:
+        if parts.hostname in _LOOPBACK_HOSTS:
+            return LOCAL_MIRROR
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        if parts.port is not None:
+            host += f":{parts.port}"
+        # https tokens often sit in the user name; an ssh user name is part of the address.
+        if parts.username and parts.scheme not in {"http", "https"}:
+            host = f"{parts.username}@{host}"
+        return parts._replace(netloc=host).geturl()
+    scp = _SCP_LIKE_RE.fullmatch(url)
+    if "://" not in url and scp and not Path(url).exists():  # [user@]host:path, git's ssh form
+        return LOCAL_MIRROR if scp["host"] in _LOOPBACK_HOSTS else url
+    return LOCAL_MIRROR
+
+
+def recorded_config(config: dict) -> dict:
+    """A copy of the workflow config as results record it: the KernelBench URL as
+    recorded_url names it, so no path of this machine is recorded and moving to another local
+    mirror changes nothing that the summary and manifest jobs are given."""
+    recorded = copy.deepcopy(config)
+    recorded["kernelbench"]["url"] = recorded_url(config["kernelbench"]["url"])
+    return recorded
+
+
 class _GitFailed(Exception):
     def __init__(self, args: list[str], returncode: int, output: str):
         super().__init__(f"git {' '.join(args)} exited {returncode}")
@@ -57,44 +116,69 @@ class _GitFailed(Exception):
         self.output = output
 
 
-class _GitRunner:
-    """Runs git non-interactively with a timeout, echoing commands and output to a log."""
+class _GitTimeout(KbfuseError):
+    """A git call ran past its time limit (and was killed)."""
 
-    def __init__(self, log: IO[str] | None, timeout_s: float):
+
+class _GitRunner:
+    """Runs git non-interactively with a timeout, echoing commands and output to a log.
+
+    `hide` maps strings (a local URL, say) to what the log shows instead."""
+
+    def __init__(self, log: IO[str] | None, timeout_s: float, hide: dict[str, str] | None = None):
         self.log = log
         self.timeout_s = timeout_s
+        self.hide = {k: v for k, v in (hide or {}).items() if k and k != v}
         self.env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
         self.env["GIT_TERMINAL_PROMPT"] = "0"
         self.env["GIT_ASKPASS"] = "true"  # never wait for a password, fail instead
+        self.env["GIT_SSH_COMMAND"] = self.env.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
 
     def __call__(self, *args: str, cwd: Path | None = None) -> str:
         argv = ["git", *args]
         self.note(f"$ {shlex.join(argv)}" + (f"    (in {cwd})" if cwd else ""))
         try:
-            proc = subprocess.run(
-                argv,
-                cwd=cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-            )
-        except subprocess.TimeoutExpired as exc:
-            self.note(f"timed out after {self.timeout_s:g} s")
-            raise KbfuseError(f"{shlex.join(argv)} timed out after {self.timeout_s:g} s") from exc
+            returncode, stdout, stderr = self._run(argv, cwd)
         except FileNotFoundError as exc:
             raise KbfuseError("the git executable was not found on PATH") from exc
-        output = (proc.stdout + proc.stderr).strip()
+        output = (stdout + stderr).strip()
         if output:
             self.note(output)
-        self.note(f"exit {proc.returncode}")
-        if proc.returncode != 0:
-            raise _GitFailed(list(args), proc.returncode, output)
-        return proc.stdout.strip()
+        self.note(f"exit {returncode}")
+        if returncode != 0:
+            raise _GitFailed(list(args), returncode, output)
+        return stdout.strip()
+
+    def _run(self, argv: list[str], cwd: Path | None) -> tuple[int, str, str]:
+        # git runs its transport helpers (git-remote-https, ssh) as children: on a timeout the
+        # whole process group goes, since killing git alone leaves them waiting on the remote
+        # and holding git's pipes open (so reading them would never end).
+        with subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        ) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired as exc:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                self.note(f"timed out after {self.timeout_s:g} s")
+                raise _GitTimeout(f"git {argv[1]} timed out after {self.timeout_s:g} s") from exc
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+        return proc.returncode, stdout, stderr
 
     def note(self, text: str) -> None:
         if self.log is not None:
+            for secret, shown in self.hide.items():
+                text = text.replace(secret, shown)
             self.log.write(text + "\n")
             self.log.flush()
 
@@ -149,8 +233,30 @@ def _clear_stale_checkout(checkout: Path) -> None:
     shutil.rmtree(checkout)
 
 
+def _hidden_in_log(url: str, shown: str) -> dict[str, str]:
+    """What the log shows instead of the URL's spellings (longest first, see _GitRunner)."""
+    if shown == url:
+        return {}
+    spellings = [_fetch_url(url), url]
+    if "://" not in url and Path(url).exists():
+        spellings.append(str(Path(url).resolve()))
+    # A bare relative name ("KernelBench") is also a word of ordinary paths: left as it is.
+    spellings = [s for s in spellings if "/" in s or "@" in s]
+    return {s: shown for s in sorted(set(spellings), key=len, reverse=True)}
+
+
 def _fetch_commit(git: _GitRunner, url: str, commit: str, checkout: Path) -> str:
     """Bring `commit` into the fresh repository at `checkout`; returns "shallow" or "full"."""
+    try:
+        return _fetch_commit_unbounded(git, url, commit, checkout)
+    except _GitTimeout as exc:
+        raise KbfuseError(
+            f"kernelbench.url {url!r} did not answer: {exc}. Check the URL and the network, "
+            f"or allow more time with {GIT_TIMEOUT_ENV}=<seconds>"
+        ) from exc
+
+
+def _fetch_commit_unbounded(git: _GitRunner, url: str, commit: str, checkout: Path) -> str:
     fetch_url = _fetch_url(url)
     try:
         git("ls-remote", "--", fetch_url, "HEAD", cwd=checkout)
@@ -225,15 +331,17 @@ def pin_kernelbench(
     checkout: str | os.PathLike,
     pin_json: str | os.PathLike,
     log: str | os.PathLike | None = None,
-    timeout_s: float = GIT_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> dict:
     """Check out `commit` of `url` into `checkout`, write and return the pin record.
 
-    `url` may be a remote URL, a local repository path or a local (bare) mirror. On any
-    error neither `checkout` nor `pin_json` is left behind.
+    `url` may be a remote URL, a local repository path or a local (bare) mirror; the record
+    names it as `recorded_url` says. `timeout_s` bounds each git call (default: git_timeout_s()).
+    On any error neither `checkout` nor `pin_json` is left behind.
     """
     if not isinstance(url, str) or not url.strip():
         raise KbfuseError(f"kernelbench.url {url!r} must be a non-empty string")
+    timeout_s = git_timeout_s() if timeout_s is None else timeout_s
     check_commit(commit)
     tasks = _check_level_and_tasks(level, tasks)
     checkout = Path(checkout)
@@ -250,7 +358,8 @@ def pin_kernelbench(
         log_file = open(log, "w")  # noqa: SIM115 - closed in the finally below
         owns_log = True
     try:
-        git = _GitRunner(log_file, timeout_s)
+        shown = recorded_url(url)
+        git = _GitRunner(log_file, timeout_s, hide=_hidden_in_log(url, shown))
         checkout.mkdir(parents=True)
         git("-c", "init.defaultBranch=kbfuse-pin", "init", "-q", cwd=checkout)
         method = _fetch_commit(git, url, commit, checkout)
@@ -285,7 +394,7 @@ def pin_kernelbench(
         pin = {
             "kind": PIN_KIND,
             "schema_version": SCHEMA_VERSION,
-            "url": url,
+            "url": shown,
             "commit": commit,
             "head": head,
             "level": level,
@@ -468,7 +577,7 @@ def pin_task(checkout: str | os.PathLike, record: str | os.PathLike, task: int, 
     base = read_pin(record)
     checkout = Path(checkout)
     try:
-        head = _GitRunner(None, GIT_TIMEOUT_S)("rev-parse", "HEAD", cwd=checkout)
+        head = _GitRunner(None, git_timeout_s())("rev-parse", "HEAD", cwd=checkout)
     except _GitFailed as exc:
         raise KbfuseError(
             f"checkout {checkout} is not a git checkout: {_last_line(exc.output)}"

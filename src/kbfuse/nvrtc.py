@@ -19,6 +19,14 @@ variant with NVRTC 13 and its twin with NVRTC 12 in the same process. That is wh
 written by hand: a CUDA Python binding is built against one CUDA major, while libnvrtc.so.12 and
 libnvrtc.so.13 (and their builtins libraries) have distinct sonames and load side by side.
 
+Why a hand-written binding rather than NVIDIA's `cuda-bindings` (`cuda.bindings.nvrtc`) and
+`cuda.pathfinder`, which produce the same cubin from the same options: both are tied to one CUDA
+major per process. `cuda.bindings.nvrtc` 13.x binds NVRTC 13 only, and
+`cuda.pathfinder.load_nvidia_dynamic_lib("nvrtc")` takes a name, not a major, and caches the one
+library it loads for the whole process. The toolchain comparison needs NVRTC 12 and 13 loaded
+side by side in one process, each named by its file: that is what this binding buys, and the only
+reason it stays.
+
 Where a CUDA driver is installed, the first compile initialises it (cuInit runs inside NVRTC, even
 for a PTX-only compile; seen with NVRTC 13.0.88 and driver 580), and NVRTC's cubins then pass
 through the CUDA compute cache: call kbfuse.cudacache.isolate before the first compile.

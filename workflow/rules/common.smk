@@ -1,5 +1,6 @@
 from kbfuse.config import variant_spec as _variant_spec
 from kbfuse.deps import module_files
+from kbfuse.kernelbench import recorded_config
 from kbfuse.kernelsrc import included_headers
 from kbfuse.routes import ROUTES
 from kbfuse.summary_layout import caption_name, summary_inputs, summary_outputs

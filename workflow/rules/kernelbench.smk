@@ -1,3 +1,6 @@
+# The pinned commit is the checkout's identity (a param: changing it reruns the checkout and
+# all that depends on it); the URL is only transport, so the script reads it from the config
+# and changing it (another mirror, path or file:// URL) reruns and deletes nothing.
 rule kernelbench_checkout:
     output:
         checkout=directory("results/kernelbench/checkout"),
@@ -7,7 +10,6 @@ rule kernelbench_checkout:
     conda:
         ENV
     params:
-        url=config["kernelbench"]["url"],
         commit=config["kernelbench"]["commit"],
         level=config["kernelbench"]["level"],
     script:

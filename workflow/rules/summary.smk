@@ -16,7 +16,7 @@ rule summary:
     conda:
         ENV
     params:
-        study=config,
+        study=recorded_config(config),
     script:
         "../scripts/summary.py"
 
@@ -32,7 +32,7 @@ rule manifest:
     conda:
         ENV
     params:
-        study=config,
+        study=recorded_config(config),
     script:
         "../scripts/manifest.py"
 

@@ -68,7 +68,11 @@ if has startup; then  # on its own: about 250 s (call 8 in docs/device-runs.md)
 fi
 if has tests; then
   stamp gpu tests
-  timeout "${PYTEST_TIMEOUT:-520}" python3 -m pytest -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -n 25
+  # CALL_BUDGET_S: the whole call's limit; the tests get what the steps before them left.
+  limit="${PYTEST_TIMEOUT:-520}"
+  [ -n "${CALL_BUDGET_S:-}" ] && limit=$(( CALL_BUDGET_S - SECONDS ))
+  echo "gpu tests: time limit ${limit} s" | tee -a "$OUT/phases.txt"
+  timeout "$limit" python3 -m pytest -m gpu -v -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -n 60
 fi
 stamp pack
 tar czf "$OUT/results.tar.gz" --exclude=results/kernelbench/checkout --exclude=results/report.html \

@@ -200,3 +200,19 @@ def test_a_held_lock_is_one_clear_message(pinned):
     assert "the --unlock argument" in out
     assert "Traceback" not in out
     assert jobs_planned(out) == []
+
+
+def test_a_mirror_named_dot_git_leaves_no_spelling_of_its_path_in_the_log(kb_repo, tmp_path):
+    """git prints "From file:///srv/KernelBench" for /srv/KernelBench.git: that is hidden too
+    (the H200 reference's checkout log once kept it)."""
+    from kbfuse.kernelbench import pin_kernelbench
+
+    url, commit = kb_repo
+    mirror = tmp_path / "mirrors" / "KernelBench.git"
+    subprocess.run(["git", "clone", "-q", "--bare", url, str(mirror)], check=True)
+    log = tmp_path / "checkout.log"
+    pin_kernelbench(str(mirror), commit, 2, [53], tmp_path / "checkout", tmp_path / "pin.json", log)
+    text = log.read_text()
+    assert "From local mirror" in text
+    assert str(tmp_path / "mirrors") not in text
+    assert read_json(tmp_path / "pin.json")["url"] == LOCAL_MIRROR

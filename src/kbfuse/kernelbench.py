@@ -239,7 +239,10 @@ def _hidden_in_log(url: str, shown: str) -> dict[str, str]:
         return {}
     spellings = [_fetch_url(url), url]
     if "://" not in url and Path(url).exists():
-        spellings.append(str(Path(url).resolve()))
+        resolved = str(Path(url).resolve())
+        spellings += [resolved, f"file://{resolved}"]
+    # git shows a repository's URL without its ".git" ("From file:///srv/KernelBench").
+    spellings += [s.removesuffix(".git") for s in spellings if s.endswith(".git")]
     # A bare relative name ("KernelBench") is also a word of ordinary paths: left as it is.
     spellings = [s for s in spellings if "/" in s or "@" in s]
     return {s: shown for s in sorted(set(spellings), key=len, reverse=True)}

@@ -61,7 +61,7 @@ def test_reference_bundle_verifies_and_names_the_gpu():
 
 
 def test_every_listed_file_matches_its_sha256():
-    assert len(LISTED) == 86  # the H200 run of 2026-11-29 (docs/device-runs.md)
+    assert len(LISTED) == 120  # the H200 run of 2026-12-01 (docs/device-runs.md)
     report = verify_manifest(REF, REF / "manifest.json", ignore=NOT_LISTED)
     assert report["ok"], report
     assert report["checked"] == len(LISTED)
@@ -123,7 +123,7 @@ def test_every_device_stage_record_says_the_cuda_cache_was_isolated():
     # per variant: compile + verify + one correctness per task; per task: baselines, timing,
     # controls; then witness81 + env
     variants, tasks = len(CONFIG["variants"]), len(CONFIG["tasks"])
-    assert len(records) == variants * (2 + tasks) + 3 * tasks + 2 == 41
+    assert len(records) == variants * (2 + tasks) + 3 * tasks + 2 == 66
     assert set(records) <= set(LISTED)
     for rel in records:
         cache = read_json(REF / rel).get("cuda_cache")
@@ -135,7 +135,7 @@ def test_every_device_stage_record_says_the_cuda_cache_was_isolated():
 
 def test_reference_summary_builds_from_the_committed_results():
     tables = build_tables(REF, CONFIG)
-    assert len(tables["correctness"]) == len(CONFIG["tasks"]) * len(CONFIG["variants"]) == 18
+    assert len(tables["correctness"]) == len(CONFIG["tasks"]) * len(CONFIG["variants"]) == 33
 
 
 CORRECTNESS = sorted(
@@ -145,7 +145,7 @@ CORRECTNESS = sorted(
 
 @pytest.mark.parametrize("rel", CORRECTNESS)
 def test_summary_refuses_a_correctness_file_with_a_foreign_artifact(tmp_path, ref_copy, rel):
-    assert len(CORRECTNESS) == 18
+    assert len(CORRECTNESS) == 33
     root = tmp_path / "results"
     shutil.copytree(ref_copy, root)
     data = read_json(root / rel)

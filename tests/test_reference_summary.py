@@ -49,8 +49,14 @@ BUNDLE = "bundle/kbfuse-results.tar.gz"
 # Produced by the aggregate rules, so not copied into the workflow copy.
 AGGREGATES = ("summary", "manifest.json", "bundle")
 ALLOWED = ("--allowed-rules", "summary", "manifest", "bundle", "all")
-FLUSHING = ("cupy-default", "nvrtc-cubin-ftz", "nvrtc-ptx-ftz")
-KEEPING = ("nvrtc-cubin-noftz", "nvrtc-ptx-noftz")
+FLUSHING = (
+    "cupy-default",
+    "nvrtc-cubin-ftz",
+    "nvrtc-ptx-ftz",
+    "nvrtc12-cubin-ftz",
+    "nvrtc12-ptx-ftz",
+)
+KEEPING = ("nvrtc-cubin-noftz", "nvrtc-ptx-noftz", "nvrtc12-cubin-noftz", "nvrtc12-ptx-noftz")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +103,7 @@ def test_summarize_rebuilds_the_committed_summary(config, tmp_path, capsys):
     assert rc == cli.EXIT_OK
     printed = capsys.readouterr().out.split()
     assert sorted(Path(p).name for p in printed) == sorted(summary_outputs(config))
-    assert len(printed) == 36  # 16 tables x (csv, md) + 3 tail plots + the bit-equality plot
+    assert len(printed) == 40  # 18 tables x (csv, md) + 3 tail plots + the bit-equality plot
     assert_same_summary(out)
 
 
@@ -134,7 +140,7 @@ def test_correctness_rows_are_the_recorded_task_variant_files(config, tables):
         for p in (REFERENCE / "correctness").glob("*/*.json")
         if p.stem != "baselines"
     }
-    assert len(files) == 18
+    assert len(files) == 33
     assert files == {(t, v) for t in config["tasks"] for v in config["variants"]}
     df = tables["correctness"]
     assert list(zip(df["task"], df["variant"], strict=True)) == [
@@ -153,8 +159,8 @@ def test_correctness_rows_are_the_recorded_task_variant_files(config, tables):
     # The recorded numbers themselves: every variant passes the gate on every task; only
     # the variants that keep subnormals are bit-identical on every element.
     by = df.set_index(["task", "variant"])
-    assert by.loc[(81, "nvrtc-cubin-noftz"), "elements"] == 203_423_744
-    assert by.loc[(81, "cupy-default"), "elements_bit_equal"] == 203_060_326
+    assert by.loc[(81, "nvrtc-cubin-noftz"), "elements"] == 220_200_960
+    assert by.loc[(81, "cupy-default"), "elements_bit_equal"] == 219_840_412
     for task in config["tasks"]:
         for v in KEEPING:
             row = by.loc[(task, v)]
@@ -178,7 +184,7 @@ def test_case_tables_hold_every_recorded_case_once(config, tables):
     df = tables["correctness_cases"]
     cols = ["task", "implementation", "name", "elements", "bit_equal"]
     assert list(df[cols].itertuples(index=False, name=None)) == expected
-    assert len(expected) == 688  # (28 + 28 + 30 cases) x (6 variants + 2 baselines)
+    assert len(expected) == 1209  # (30 + 30 + 33 cases) x (11 variants + 2 baselines)
 
     tiny = []
     for task in config["tasks"]:
@@ -187,7 +193,7 @@ def test_case_tables_hold_every_recorded_case_once(config, tables):
     df = tables["tiny_values"]
     got = df[["task", "variant", "name", "bit_equal"]].itertuples(index=False, name=None)
     assert sorted(got) == sorted(tiny)
-    assert len(tiny) == 3 * 6 * 5  # tasks x variants x control cases
+    assert len(tiny) == 3 * 11 * 5  # tasks x variants x control cases
 
 
 def test_timing_rows_are_the_recorded_measurements(config, tables):
@@ -204,7 +210,7 @@ def test_timing_rows_are_the_recorded_measurements(config, tables):
                         expected.add((task, impl, method, len(m["samples_ms"]), m["median_ms"]))
         got = df[["task", "impl", "method", "rounds", "median_ms"]].itertuples(index=False)
         assert {tuple(r) for r in got} == expected
-        assert len(df) == 3 * 2 * 9  # tasks x methods x (3 baselines + 6 variants)
+        assert len(df) == 3 * 2 * 14  # tasks x methods x (3 baselines + 11 variants)
     assert tables["skipped"].empty
 
 
@@ -235,7 +241,7 @@ def test_compiler_contract_shows_cupys_hidden_ftz(config, tables):
 def test_witness81_table_is_the_recorded_witness(tables):
     df = tables["witness81"]
     w = recorded("controls/witness81.json")
-    assert len(df) == sum(len(records) for records in w["variants"].values()) == 12
+    assert len(df) == sum(len(records) for records in w["variants"].values()) == 22
     at88 = df[df["input"] == -88.0].set_index("variant")
     assert set(at88["reference_bits"]) == {"0x82b54ddb"}
     assert set(at88["reference"]) == {-2.6640246534862188e-37}
@@ -299,7 +305,7 @@ def test_rules_on_recorded_files_rebuild_summary_manifest_bundle(recorded_run, c
 
     report = verify_bundle(results / BUNDLE)
     assert report["ok"], report
-    assert report["checked"] == 86
+    assert report["checked"] == 120
     assert report["changed"] == report["missing"] == report["extra"] == []
     pin = read_json(REFERENCE / "kernelbench/pin.json")
     assert report["pin"] == {"url": pin["url"], "commit": config["kernelbench"]["commit"]}

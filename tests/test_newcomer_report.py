@@ -2,7 +2,8 @@
 
 Built on the CPU from results/reference/h200 with a checkout whose current config differs from
 the recorded one (tasks [53] only), to show that the report carries the recorded config, its
-environment and its tables, and that Snakemake prints no "Missing metadata" warning.
+environment and its tables (each also as an HTML table shown in the page), and that Snakemake
+prints no "Missing metadata" warning.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import copy_workflow
@@ -81,7 +83,27 @@ def test_report_embeds_the_recorded_environment_and_every_task(built):
     assert base64.b64decode(env) == (REFERENCE / "summary/environment.md").read_bytes()
     assert "NVIDIA H200" in base64.b64decode(env).decode()
     assert {f"results/summary/tail_time_{t}.png" for t in (53, 81, 95)} <= set(results)
-    assert sorted(script_data(page, "rules")) == ["bundle", "manifest", "summary"]
+    assert sorted(script_data(page, "rules")) == ["bundle", "manifest", "report_tables", "summary"]
+
+
+def test_every_summary_table_is_shown_in_the_page_as_html(built):
+    page, _, _ = built
+    results = script_data(page, "results")
+    csvs = sorted(p for p in (REFERENCE / "summary").iterdir() if p.suffix == ".csv")
+    assert len(csvs) == 16
+    for csv in csvs:
+        entry = results[f"results/report/{csv.stem}.html"]
+        assert entry["mime_type"] == "text/html"  # shown in the page, not a download
+        assert entry["job_properties"]["rule"] == "report_tables"
+        table = base64.b64decode(entry["data_uri"].partition(",")[2]).decode()
+        header = csv.read_text().splitlines()[0].split(",")
+        assert re.findall(r"<th>(.*?)</th>", table) == header, csv.name
+        rows = len(pd.read_csv(csv))
+        assert table.count("<tr>") == rows, csv.name
+        summary = results[f"results/summary/{csv.name}"]
+        assert entry["caption"] == summary["caption"], csv.name
+    categories = script_data(page, "categories")
+    assert "results/report/environment.html" in categories["Environment"]["Tables"]
 
 
 def test_a_run_without_manifest_is_refused_before_any_output(tmp_path):

@@ -16,10 +16,12 @@ report warns "Missing metadata" for every file and names no job, and it shows wh
    `manifest.json`, so the report's config, its description and the rebuilt tables are the
    recorded ones;
 2. the recorded result files go under `results/` without the aggregates (summary, manifest,
-   bundle), which the workflow's own rules rebuild from them with
-   `--allowed-rules summary manifest bundle all` (no other rule is in the DAG, so the GPU
-   stages' files are plain inputs and nothing is recomputed or fetched);
-3. `snakemake --report` with the same `--allowed-rules` then finds job metadata for every
+   bundle), which the workflow's own rules rebuild from them; `--allowed-rules` (those three
+   and the one below) keeps every other rule out of the DAG, so the GPU stages' files are
+   plain inputs and nothing is recomputed or fetched;
+3. one more rule, in the copy only, renders each summary table as HTML, which the report
+   shows in the page (CSV and Markdown are only offered as downloads);
+4. `snakemake --report` with the same `--allowed-rules` then finds job metadata for every
    job in its DAG: no "Missing metadata" warning (without them, every recorded GPU-stage
    file is a job output without metadata, one warning each).
 
@@ -47,7 +49,38 @@ DEFAULT_REFERENCE = ROOT / "results/reference/h200"
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
 # Made by the aggregate rules from the other recorded files, so rebuilt, never copied.
 AGGREGATES = ("summary", "manifest.json", "bundle")
-ALLOWED = ("--allowed-rules", "summary", "manifest", "bundle", "all")
+ALLOWED = ("--allowed-rules", "summary", "manifest", "bundle", "report_tables", "all")
+# Snakemake's report shows HTML files in the page but offers CSV and Markdown only as
+# downloads: in the scratch copy, one more rule renders each summary table as HTML, with the
+# table's own caption and category. The repository's workflow is not changed.
+TABLES_RULE = """
+
+rule report_tables:
+    input:
+        [f"results/summary/{name}" for name in summary_outputs(config) if name.endswith(".csv")],
+    output:
+        [
+            report(
+                f"results/report/{name[:-4]}.html",
+                caption=f"workflow/report/{caption_name(name)}",
+                category=report_category(name),
+                subcategory="Tables",
+            )
+            for name in summary_outputs(config)
+            if name.endswith(".csv")
+        ],
+    run:
+        import pandas as pd
+
+        for src, dst in zip(input, output):
+            table = pd.read_csv(src).to_html(index=False, na_rep="", border=0)
+            head = f"<!DOCTYPE html><meta charset=utf-8><style>{STYLE}</style>"
+            Path(dst).write_text(head + table)
+"""
+STYLE = (
+    "table{border-collapse:collapse;font:13px sans-serif}"
+    "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#eee}"
+)
 
 
 def recorded_config(reference: Path) -> dict:
@@ -73,6 +106,8 @@ def make_recorded_workdir(reference: Path, dest: Path) -> Path:
         else:
             shutil.copy2(src, dest / name)
     (dest / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    snakefile = dest / "Snakefile"
+    snakefile.write_text(snakefile.read_text() + f"\n\nSTYLE = {STYLE!r}\n" + TABLES_RULE)
     top = str(reference)
     shutil.copytree(
         reference, dest / "results", ignore=lambda d, names: AGGREGATES if d == top else ()
@@ -106,9 +141,9 @@ def build_report(reference: Path, out: Path, workdir: Path) -> str:
     """Write the report of `reference` to `out`, working in `workdir` (must not exist).
     Returns Snakemake's output of both calls."""
     make_recorded_workdir(reference, workdir)
-    log = snakemake(workdir, "--cores", "1", "all", *ALLOWED)
+    log = snakemake(workdir, "--cores", "1", "all", "report_tables", *ALLOWED)
     page = workdir / "report.html"
-    log += snakemake(workdir, "--report", str(page), *ALLOWED)
+    log += snakemake(workdir, "--report", str(page), "all", "report_tables", *ALLOWED)
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(page, out)
     return log

@@ -115,3 +115,12 @@ def test_a_run_without_manifest_is_refused_before_any_output(tmp_path):
     assert not out.exists() and not (tmp_path / "wf").exists()
     assert tool.main(["--reference", str(tmp_path / "run"), "--out", str(out)]) == 1
     assert not out.exists()
+
+
+def test_an_existing_workdir_is_refused_before_any_output(tmp_path):
+    tool = load_tool()
+    (tmp_path / "wf").mkdir()
+    out = tmp_path / "report.html"
+    with pytest.raises(KbfuseError, match=r"--workdir .*/wf: exists"):
+        tool.build_report(REFERENCE, out, tmp_path / "wf")
+    assert not out.exists() and list((tmp_path / "wf").iterdir()) == []

@@ -97,6 +97,8 @@ def recorded_config(reference: Path) -> dict:
 def make_recorded_workdir(reference: Path, dest: Path) -> Path:
     """A copy of the workflow at `dest` with the recorded config and results; returns dest."""
     config = recorded_config(reference)
+    if dest.exists():
+        raise KbfuseError(f"--workdir {dest}: exists; give a folder that does not exist yet")
     dest.mkdir(parents=True)
     for name in WORKFLOW_FILES:
         src = ROOT / name

@@ -79,7 +79,8 @@ rule report_tables:
 """
 STYLE = (
     "table{border-collapse:collapse;font:13px sans-serif}"
-    "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#eee}"
+    "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;white-space:nowrap}"
+    "th{background:#eee}"
 )
 
 

@@ -19,6 +19,28 @@ from kbrepo import make_kernelbench_repo  # noqa: E402
 
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
 
+# Modules whose tests run Snakemake or a kbfuse child process end to end (seconds to tens of
+# seconds each); with every test that copies the workflow they are marked `slow`, so that
+# `pytest -m "not gpu and not slow"` is a quick loop while editing. CI runs them all.
+SLOW_MODULES = {
+    "test_bad_inputs",
+    "test_concurrency",
+    "test_gpu_job_startup",
+    "test_interruption",
+    "test_newcomer_cluster",
+    "test_newcomer_report",
+    "test_no_gpu",
+    "test_reference_summary",
+    "test_report",
+    "test_workflow",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__ in SLOW_MODULES or "workflow_copy" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def kb_repo(tmp_path_factory) -> tuple[str, str]:

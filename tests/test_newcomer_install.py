@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -92,3 +93,30 @@ def test_documents_name_no_machine_path_and_no_file_outside_the_repository():
                 if MACHINE_PATH.search(line):
                     found.append(f"{file.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
+
+
+def collected(*args: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {line for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_slow_marks_the_end_to_end_tests_and_nothing_else(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
+    slow = collected("-m", "slow", "tests/test_config.py", "tests/test_workflow.py")
+    quick = collected(
+        "-m", "not gpu and not slow", "tests/test_config.py", "tests/test_workflow.py"
+    )
+    assert slow and quick and not slow & quick
+    workflow = {t for t in slow | quick if t.startswith("tests/test_workflow.py::")}
+    assert workflow and workflow <= slow
+    # in test_config.py only the tests that run Snakemake in a copy of the workflow are slow
+    config_slow = {t for t in slow if t.startswith("tests/test_config.py::")}
+    assert config_slow and all("snakemake" in t for t in config_slow)
+    assert "tests/test_config.py::test_ci_runs_the_readme_test_command" in quick

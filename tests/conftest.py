@@ -38,7 +38,10 @@ SLOW_MODULES = {
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module.__name__ in SLOW_MODULES or "workflow_copy" in item.fixturenames:
+        module = getattr(item, "module", None)
+        if getattr(module, "__name__", "") in SLOW_MODULES or "workflow_copy" in getattr(
+            item, "fixturenames", ()
+        ):
             item.add_marker(pytest.mark.slow)
 
 

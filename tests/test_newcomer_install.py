@@ -4,7 +4,8 @@ What can be checked without installing anything: the test command installs torch
 build on its own before the project, in a pinned version that already meets pyproject's torch
 requirement (so `pip install -e '.[test]'` keeps it and pulls no CUDA build), in a virtualenv
 of its own (a GPU machine's study torch is never replaced), and runs the suite in parallel;
-CI runs that line and creates no other virtualenv. The measured sizes and times are in
+CI runs that line and creates no other virtualenv; the end-to-end tests are marked `slow`
+for a quick loop while editing. The measured sizes and times are in
 docs/newcomer.md. The documents a newcomer reads name no path of one machine and no file
 outside the repository.
 """

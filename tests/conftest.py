@@ -36,12 +36,14 @@ SLOW_MODULES = {
 }
 
 
+def _is_slow(item) -> bool:
+    module = getattr(getattr(item, "module", None), "__name__", "")
+    return module in SLOW_MODULES or "workflow_copy" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = getattr(item, "module", None)
-        if getattr(module, "__name__", "") in SLOW_MODULES or "workflow_copy" in getattr(
-            item, "fixturenames", ()
-        ):
+        if _is_slow(item):
             item.add_marker(pytest.mark.slow)
 
 

@@ -179,14 +179,3 @@ def test_conda_env_lists_exactly_the_study_dependencies_of_pyproject():
     wanted = [*project["dependencies"], *extras]
     expected = {str(Requirement(r)) for r in wanted if Requirement(r).name != "snakemake"}
     assert {str(Requirement(r)) for r in pip} == expected
-
-
-def test_the_test_extra_compiles_with_the_studys_nvrtc():
-    """Artifact hashes in the tests are those of the NVRTC the study pins."""
-    extras = pyproject()["optional-dependencies"]
-
-    def nvrtc(extra):
-        reqs = (Requirement(r) for r in extras[extra])
-        return next(str(r.specifier) for r in reqs if r.name == "nvidia-cuda-nvrtc")
-
-    assert nvrtc("test") == nvrtc("cuda13") == "==13.0.88"

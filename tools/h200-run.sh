@@ -2,7 +2,7 @@
 # One call on the offline GPU machine (see docs/device-runs.md): install kbfuse and the
 # carried Snakemake wheels, run the whole study against the carried KernelBench clone,
 # build the HTML report, run the GPU tests, and pack results and logs into $OUT.
-#   carry: .whl (pip-downloaded cp312 wheels of Snakemake, matplotlib and their dependencies), .kb
+#   carry: .whl (bash ../shared/device/snakemake-wheels.sh + matplotlib wheels), .kb
 #   usage: bash tools/h200-run.sh [study|tests|startup|all] [pytest paths...]
 #   study: the study, its report and the benchmarks that read it (tail roofline, dry-run
 #   overhead, ncu of the tails); tests: the GPU tests; startup: the GPU-job start-up benchmark.

@@ -50,6 +50,19 @@ include: "workflow/rules/protocol.smk"
 include: "workflow/rules/summary.smk"
 
 
+# On a cluster these run on the submitting host: the checkout needs the network, the others
+# take seconds of CPU on small files (profiles/slurm).
+localrules:
+    kernelbench_checkout,
+    kernelbench_task,
+    kernelbench_pin,
+    direction_witness,
+    margin_audit,
+    summary,
+    manifest,
+    bundle,
+
+
 rule all:
     default_target: True
     input:

@@ -19,6 +19,33 @@ from kbrepo import make_kernelbench_repo  # noqa: E402
 
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
 
+# Modules whose tests run Snakemake or a kbfuse child process end to end (seconds to tens of
+# seconds each); with every test that copies the workflow they are marked `slow`, so that
+# `pytest -m "not gpu and not slow"` is a quick loop while editing. CI runs them all.
+SLOW_MODULES = {
+    "test_bad_inputs",
+    "test_concurrency",
+    "test_gpu_job_startup",
+    "test_interruption",
+    "test_newcomer_cluster",
+    "test_newcomer_report",
+    "test_no_gpu",
+    "test_reference_summary",
+    "test_report",
+    "test_workflow",
+}
+
+
+def _is_slow(item) -> bool:
+    module = getattr(getattr(item, "module", None), "__name__", "")
+    return module in SLOW_MODULES or "workflow_copy" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def kb_repo(tmp_path_factory) -> tuple[str, str]:
@@ -118,9 +145,9 @@ def compile_in_child(out: Path, source, variant: str, spec: dict, arch: str = "a
 def isolated_process(tmp_path_factory):
     """Isolate this process's CUDA caches once, before its first compile, as every workflow job
     does: with a driver present, NVRTC's cubins pass through the CUDA compute cache, whose key
-    ignores --ftz (DESIGN.md). For modules that compile in-process (`pytestmark =
-    pytest.mark.usefixtures("isolated_process")`); the environment is restored at the end of
-    the module."""
+    ignores --ftz (README, "The CUDA compute-cache hazard"). For modules that compile
+    in-process (`pytestmark = pytest.mark.usefixtures("isolated_process")`); the environment
+    is restored at the end of the module."""
     from kbfuse import cudacache
     from kbfuse.errors import KbfuseError
 

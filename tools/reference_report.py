@@ -1,0 +1,175 @@
+"""Build Snakemake's HTML report of a recorded run (default: results/reference/h200).
+
+    python tools/reference_report.py [--reference DIR] [--out FILE] [--workdir DIR]
+
+Contract: writes one self-contained HTML file (default `reference-report.html`) whose
+tables, plots, config and environment are those *recorded* with the run, not the current
+checkout's; no GPU and no network are needed. Nothing is written to the repository except
+`--out`; on any failure no report file is left behind.
+
+Why a script and not a bare `snakemake --report`: the recorded results come without
+Snakemake's per-job metadata (it lives in `.snakemake/`, not in the results), so a naive
+report warns "Missing metadata" for every file and names no job, and it shows whatever
+`config/config.yaml` says today. Here, in a scratch copy of the workflow:
+
+1. `config/config.yaml` is replaced by the resolved config recorded in the run's
+   `manifest.json`, so the report's config, its description and the rebuilt tables are the
+   recorded ones;
+2. the recorded result files go under `results/` without the aggregates (summary, manifest,
+   bundle), which the workflow's own rules rebuild from them; `--allowed-rules` (those three
+   and the one below) keeps every other rule out of the DAG, so the GPU stages' files are
+   plain inputs and nothing is recomputed or fetched;
+3. one more rule, in the copy only, renders each summary table as HTML, which the report
+   shows in the page (CSV and Markdown are only offered as downloads);
+4. `snakemake --report` with the same `--allowed-rules` then finds job metadata for every
+   job in its DAG: no "Missing metadata" warning (without them, every recorded GPU-stage
+   file is a job output without metadata, one warning each).
+
+The environment table in the report is the recorded fingerprint (`env/fingerprint.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from kbfuse.errors import KbfuseError
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = ROOT / "results/reference/h200"
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
+# Made by the aggregate rules from the other recorded files, so rebuilt, never copied.
+AGGREGATES = ("summary", "manifest.json", "bundle")
+ALLOWED = ("--allowed-rules", "summary", "manifest", "bundle", "report_tables", "all")
+# Snakemake's report shows HTML files in the page but offers CSV and Markdown only as
+# downloads: in the scratch copy, one more rule renders each summary table as HTML, with the
+# table's own caption and category. The repository's workflow is not changed.
+TABLES_RULE = """
+
+rule report_tables:
+    input:
+        [f"results/summary/{name}" for name in summary_outputs(config) if name.endswith(".csv")],
+    output:
+        [
+            report(
+                f"results/report/{name[:-4]}.html",
+                caption=f"workflow/report/{caption_name(name)}",
+                category=report_category(name),
+                subcategory="Tables",
+            )
+            for name in summary_outputs(config)
+            if name.endswith(".csv")
+        ],
+    run:
+        import pandas as pd
+
+        for src, dst in zip(input, output):
+            table = pd.read_csv(src).to_html(index=False, na_rep="", border=0)
+            head = f"<!DOCTYPE html><meta charset=utf-8><style>{STYLE}</style>"
+            Path(dst).write_text(head + table)
+"""
+STYLE = (
+    "table{border-collapse:collapse;font:13px sans-serif}"
+    "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;white-space:nowrap}"
+    "th{background:#eee}"
+)
+
+
+def recorded_config(reference: Path) -> dict:
+    """The resolved config recorded in the run's manifest."""
+    manifest = reference / "manifest.json"
+    if not manifest.is_file():
+        raise KbfuseError(f"{manifest}: no manifest, so no recorded config to report")
+    config = json.loads(manifest.read_text()).get("config")
+    if not isinstance(config, dict):
+        raise KbfuseError(f"{manifest}: field 'config' is {config!r}, not a mapping")
+    return config
+
+
+def make_recorded_workdir(reference: Path, dest: Path) -> Path:
+    """A copy of the workflow at `dest` with the recorded config and results; returns dest."""
+    config = recorded_config(reference)
+    if dest.exists():
+        raise KbfuseError(f"--workdir {dest}: exists; give a folder that does not exist yet")
+    dest.mkdir(parents=True)
+    for name in WORKFLOW_FILES:
+        src = ROOT / name
+        ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    snakefile = dest / "Snakefile"
+    snakefile.write_text(snakefile.read_text() + f"\n\nSTYLE = {STYLE!r}\n" + TABLES_RULE)
+    top = str(reference)
+    shutil.copytree(
+        reference, dest / "results", ignore=lambda d, names: AGGREGATES if d == top else ()
+    )
+    # Results newer than the code that made them, as after a run (a clone's file times
+    # say nothing about which was written first).
+    now = time.time()
+    for path in (dest / "results").rglob("*"):
+        os.utime(path, (now, now))
+    return dest
+
+
+def snakemake(workdir: Path, *args: str) -> str:
+    """Run snakemake in workdir with the copy's own kbfuse first on the path; its output."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise KbfuseError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{output}")
+    return output
+
+
+def build_report(reference: Path, out: Path, workdir: Path) -> str:
+    """Write the report of `reference` to `out`, working in `workdir` (must not exist).
+    Returns Snakemake's output of both calls."""
+    make_recorded_workdir(reference, workdir)
+    log = snakemake(workdir, "--cores", "1", "all", "report_tables", *ALLOWED)
+    page = workdir / "report.html"
+    log += snakemake(workdir, "--report", str(page), "all", "report_tables", *ALLOWED)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(page, out)
+    return log
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    parser.add_argument("--out", type=Path, default=Path("reference-report.html"))
+    parser.add_argument("--workdir", type=Path, help="scratch copy (default: a temporary one)")
+    args = parser.parse_args(argv)
+    try:
+        if args.workdir is not None:
+            build_report(args.reference.resolve(), args.out, args.workdir)
+        else:
+            with tempfile.TemporaryDirectory(prefix="kbfuse-report-") as tmp:
+                build_report(args.reference.resolve(), args.out, Path(tmp) / "wf")
+    except KbfuseError as exc:
+        print(f"reference_report: {exc}", file=sys.stderr)
+        return 1
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

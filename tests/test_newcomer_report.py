@@ -90,7 +90,7 @@ def test_every_summary_table_is_shown_in_the_page_as_html(built):
     page, _, _ = built
     results = script_data(page, "results")
     csvs = sorted(p for p in (REFERENCE / "summary").iterdir() if p.suffix == ".csv")
-    assert len(csvs) == 16
+    assert len(csvs) == 18
     for csv in csvs:
         entry = results[f"results/report/{csv.stem}.html"]
         assert entry["mime_type"] == "text/html"  # shown in the page, not a download

@@ -80,7 +80,7 @@ def test_report_embeds_every_summary_output_with_its_caption(report, config):
     workdir, page, log = report
     results = script_data(page, "results")
     expected = {f"results/summary/{name}" for name in summary_outputs(config)}
-    assert set(results) == expected and len(results) == 36
+    assert set(results) == expected and len(results) == 40
     for key, entry in results.items():
         name = Path(key).name
         head, _, payload = entry["data_uri"].partition(",")
@@ -111,7 +111,7 @@ def test_report_files_are_sorted_into_the_declared_categories(report):
         "results/summary/environment.csv",
         "results/summary/environment.md",
     ]
-    assert sum(len(files) for files in listed.values()) == 36
+    assert sum(len(files) for files in listed.values()) == 40
 
 
 def test_report_is_self_contained_and_names_the_jobs_that_ran(report):
@@ -139,6 +139,6 @@ def test_without_job_metadata_the_report_embeds_files_but_names_no_job(tmp_path)
     shutil.copytree(REFERENCE / "summary", workdir / "results/summary")
     page, log = build_report(workdir, overlay)
     assert "Missing metadata for file results/summary/tail_time_53.png" in log
-    assert len(script_data(page, "results")) == 36
+    assert len(script_data(page, "results")) == 40
     assert script_data(page, "rules") == {}
     assert script_data(page, "runtimes")["data"]["values"] == []

@@ -6,7 +6,8 @@ Reads only the committed summary tables (RESULTS_DIR/summary/*.csv, written by t
 rule or `kbfuse summarize`), with pandas, and prints: the machine, effective flush-to-zero
 per variant, correctness and bit identity per task x implementation, tail and full-program
 CUDA-graph medians with paired ratios and % of the copy floor, every float32 input through
-each tail (the exhaustive control), and the task-81 witness.
+each tail (the exhaustive control), the task-81 witness, each variant beside its NVRTC 12.9
+twin, the FTZ cost from balanced round orders and the position effect per timed block.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def timing_table(summary: Path) -> str:
     )
     rounds = ", ".join(str(n) for n in sorted(set(df["rounds"]) | set(df["rounds_full"])))
     return markdown(rows) + (
-        f"\nCUDA-graph replay, median over {rounds} interleaved rounds in random order; ratios "
+        f"\nCUDA-graph replay, median over {rounds} interleaved rounds in balanced orders; ratios "
         "are medians (quartiles) of per-round paired ratios baseline time / implementation "
         "time, so above 1 the fused tail is faster. Copy floor: the tail's bytes at the measured "
         f"copy bandwidth ({floors}).\n"
@@ -205,6 +206,68 @@ def witness_table(summary: Path) -> str:
     return markdown(rows)
 
 
+def toolchains_table(summary: Path) -> str:
+    df = read(summary, "toolchains")
+
+    def side(r, prefix: str) -> str:
+        def field(name):
+            return r[prefix + name]
+
+        witness = "kept" if field("witness81_bit_equal") else "flushed"
+        return (
+            f"{field('toolchain')}: PTX `.ftz` {text(field('ptx_ftz'))}, "
+            f"SASS `.FTZ` {text(field('sass_ftz')) or '—'}, FTZ {flag(field('effective_ftz'))}, "
+            f"{int(field('exhaustive_differ')):,} inputs differ, witness {witness}"
+        )
+
+    rows = [
+        {
+            "variant / twin": f"{r['variant']} / {r['twin']}",
+            "same artifact": "yes" if r["artifact_equal"] else "no",
+            "NVRTC 13": side(r, ""),
+            "NVRTC 12.9": side(r, "twin_"),
+        }
+        for _, r in df.iterrows()
+    ]
+    return markdown(rows) + (
+        "\nInputs differing: of the 3 x 2^32 float32 inputs of the three tails (the exhaustive "
+        "control); witness: task 81 at -88 and -87.5 kept eager's bits or flushed them.\n"
+    )
+
+
+def ftz_cost_table(summary: Path) -> str:
+    df = read(summary, "ftz_cost")
+    rows = [
+        {
+            "task": r.task,
+            "route": r.route,
+            "FTZ on / off, per-round median (quartiles)": (
+                f"{r.on_over_off:.4f} ({r.on_over_off_q1:.4f}–{r.on_over_off_q3:.4f})"
+            ),
+            "balanced (geometric mean)": (
+                f"{r.on_over_off_balanced:.4f} ({r.balanced_rounds} rounds)"
+            ),
+            "replays per pair": text(r.replays_per_pair),
+        }
+        for r in df.itertuples()
+    ]
+    return markdown(rows)
+
+
+def position_table(summary: Path) -> str:
+    df = read(summary, "position_effect")
+    rows = [
+        {
+            "task": r.task,
+            "block": r.block,
+            "first / others, median over implementations": f"{r.first_over_others_median:.3f}",
+            "range": f"{r.first_over_others_min:.3f}–{r.first_over_others_max:.3f}",
+        }
+        for r in df.itertuples()
+    ]
+    return markdown(rows)
+
+
 def main(argv: list[str]) -> int:
     results = Path(argv[0]) if argv else DEFAULT
     summary = results / "summary"
@@ -225,6 +288,12 @@ def main(argv: list[str]) -> int:
         exhaustive_table(summary),
         "### The task-81 witness\n",
         witness_table(summary),
+        "### Two toolchains: NVRTC 13.0 and NVRTC 12.9\n",
+        toolchains_table(summary),
+        "### What flush-to-zero costs (balanced round orders)\n",
+        ftz_cost_table(summary),
+        "### Position in the round (first-position samples over the others)\n",
+        position_table(summary),
     ]
     sys.stdout.write("\n".join(sections))
     return 0

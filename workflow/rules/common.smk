@@ -131,7 +131,7 @@ def manifest_files():
 def report_category(name):
     if name.endswith(".png"):
         return "Plots"
-    if name.startswith(("timing", "small_shapes", "ftz_cost")):
+    if name.startswith(("timing", "small_shapes", "ftz_cost", "position_effect")):
         return "Time"
     if name.startswith(("environment",)):
         return "Environment"

@@ -19,6 +19,7 @@ from test_summary import make_config, write_study
 
 from kbfuse import __version__, cli
 from kbfuse.bundle import MANIFEST_MEMBER, RESULTS_PREFIX, make_bundle
+from kbfuse.compare import COMPARISON_TABLES
 from kbfuse.manifest import build_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,9 +122,7 @@ def test_compare_labels_bundles_by_their_machine(made, tmp_path, capsys):
     ftz = pd.read_csv(out / "ftz.csv")
     assert {"effective_ftz[a]", "effective_ftz[b]"} <= set(ftz.columns)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{n}.{e}"
-        for n in ("ftz", "bit_identity", "tail_time", "full_time", "differences")
-        for e in ("csv", "md")
+        f"{n}.{e}" for n in COMPARISON_TABLES for e in ("csv", "md")
     )
 
 

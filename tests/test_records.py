@@ -235,4 +235,4 @@ def test_the_committed_reference_follows_every_schema():
         records.read_record(path, kind)
         seen[kind] = seen.get(kind, 0) + 1
     assert set(seen) == set(records.SCHEMA_KINDS)
-    assert seen["correctness"] == 18 and seen["manifest"] == 1
+    assert seen["correctness"] == 33 and seen["manifest"] == 1

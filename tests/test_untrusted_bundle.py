@@ -34,7 +34,7 @@ from kbfuse.bundle import (
     read_bundle,
     verify_bundle,
 )
-from kbfuse.compare import compare_bundles
+from kbfuse.compare import COMPARISON_TABLES, compare_bundles
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json
 from kbfuse.manifest import build_manifest, content_sha256
@@ -334,9 +334,7 @@ def test_commands_write_only_under_out(bundle, tmp_path, monkeypatch):
     assert cli.main(["compare", str(bundle), str(bundle), "--out", "cmp"]) == cli.EXIT_OK
     after = _tree(tmp_path)
     assert {k for k in after if k not in before} == {
-        f"work/cmp/{name}.{ext}"
-        for name in ("ftz", "bit_identity", "tail_time", "full_time", "differences")
-        for ext in ("csv", "md")
+        f"work/cmp/{name}.{ext}" for name in COMPARISON_TABLES for ext in ("csv", "md")
     }
     results = bundle.parent / "results"
     argv = ["summarize", str(results), "--config", str(config), "--out", "sum"]

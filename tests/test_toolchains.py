@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -143,3 +147,20 @@ def test_a_carried_library_never_replaces_the_default(tmp_path, monkeypatch):
     sources = [source for _, source in nvrtc.candidates()]
     assert sources[:2] == ["pip wheel nvidia-cuda-nvrtc", "pip wheel nvidia-cuda-nvrtc-cu12"]
     assert f"{nvrtc.PATH_ENV} {carried}" in sources[2:]
+
+
+def test_the_cuda12_extra_resolves_on_pypi(tmp_path):
+    """Every requirement of the `cuda12` extra exists on PyPI and resolves together (it named a
+    `nvidia-cuda-cuobjdump-cu12` that was never published). pip --dry-run, no install."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed"]
+        + ["--report", str(report), *extra["cuda12"]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    resolved = {item["metadata"]["name"] for item in json.loads(report.read_text())["install"]}
+    assert {"cupy-cuda12x", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-cuobjdump"} <= resolved

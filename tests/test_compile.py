@@ -408,7 +408,7 @@ def test_compile_error_shows_log_and_leaves_nothing(tmp_path):
     out.mkdir()
     (out / "tails.bin").write_bytes(b"stale")
     (out / "meta.json").write_text("{}")
-    with pytest.raises(KbfuseError) as info:
+    with pytest.raises(KbfuseError, match="--- NVRTC log ---") as info:
         run_compile(tmp_path, broken, "nvrtc-cubin", BASE)
     message = str(info.value)
     assert "--- NVRTC log ---" in message

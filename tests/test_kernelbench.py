@@ -270,7 +270,7 @@ def test_pin_rejects_bad_level_or_tasks(tmp_path, kbrepo, level, tasks, message)
 def test_failed_pin_removes_earlier_pin(tmp_path, kbrepo):
     url, commit, _ = kbrepo
     pin_into(tmp_path, url, commit)
-    with pytest.raises(KbfuseError):
+    with pytest.raises(KbfuseError, match="task 99: no file matches"):
         pin_into(tmp_path, url, commit, tasks=[99])
     assert_nothing_left(tmp_path)
 

@@ -1,14 +1,22 @@
-"""Tests that can fail: every `pytest.raises` names the message it expects.
+"""Tests that can fail: every `pytest.raises` names its message, and no skip is silent.
 
 A bare `pytest.raises(KbfuseError)` passes on any error of that type, including one raised
 for a reason the test did not mean; `match=` pins the message. The lead's files
 (test_timing_stats.py, test_exhaustive.py, test_gpu_*.py) are checked in their own review.
+Skips are counted: with KBFUSE_CHECK_SKIPS=1 a session whose skipped tests differ from
+tests/expected_skips.txt fails (conftest.py).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+from conftest import read_expected_skips, skip_problems
 
 TESTS = Path(__file__).resolve().parent
 EXEMPT = ("test_timing_stats.py", "test_exhaustive.py", "test_gpu_*.py")
@@ -57,3 +65,64 @@ def test_every_pytest_raises_names_its_message():
     assert len(files) > 30  # the checker sees the suite, not an empty folder
     bare = [hit for path in files for hit in raises_without_match(path)]
     assert bare == []
+
+
+def test_skip_problems_name_both_directions():
+    assert skip_problems({"a", "b"}, {"b", "a"}) == []
+    assert skip_problems({"a"}, {"b"}) == [
+        "1 tests skipped, 1 expected (expected_skips.txt)",
+        "skipped, not expected: b",
+        "expected to skip, did not: a",
+    ]
+
+
+def test_expected_skips_name_collected_tests():
+    expected = read_expected_skips()
+    for nodeid in expected:
+        path, _, name = nodeid.partition("::")
+        assert (TESTS.parent / path).is_file() and name, nodeid
+    assert expected == set()  # CI runs every CPU test (see the file's comment)
+
+
+_SAMPLE = """
+import pytest
+
+def test_runs():
+    assert True
+
+@pytest.mark.skipif(True, reason="a condition this machine meets")
+def test_skipped():
+    assert False
+"""
+
+
+def _run_sample(tmp_path: Path, expected: str, check: str) -> subprocess.CompletedProcess:
+    for name in ("conftest.py", "kbrepo.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    (tmp_path / "test_sample.py").write_text(_SAMPLE)
+    (tmp_path / "expected_skips.txt").write_text(expected)
+    env = {**os.environ, "KBFUSE_CHECK_SKIPS": check}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", "."],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_unexpected_skip_fails_the_session(tmp_path):
+    proc = _run_sample(tmp_path, "# nothing expected\n", check="1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 passed, 1 skipped" in proc.stdout
+    assert "skip count check failed:" in proc.stdout
+    assert "skipped, not expected: test_sample.py::test_skipped" in proc.stdout
+
+
+def test_an_expected_skip_passes_and_the_check_is_off_by_default(tmp_path):
+    listed = _run_sample(tmp_path, "test_sample.py::test_skipped  # by design\n", check="1")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    unlisted = _run_sample(tmp_path, "", check="0")
+    assert unlisted.returncode == 0, unlisted.stdout + unlisted.stderr
+    assert "skip count check" not in unlisted.stdout

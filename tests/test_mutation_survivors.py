@@ -1,0 +1,318 @@
+"""Tests written for mutants that survived the first mutation run (docs/mutation.md).
+
+Each pins a behaviour the suite did not look at closely enough: the exact message of an
+error (which key, which case, which value), a boundary (0 and 0xFFFFFFFF are float32
+patterns), an order dependence (NaN anywhere makes a maximum NaN), a nested scratch folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+from test_summary import make_config, write_study
+
+import kbfuse
+from kbfuse import cudacache, deps, routes, timing
+from kbfuse.bundle import make_bundle
+from kbfuse.config import variant_spec
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json, read_json
+from kbfuse.manifest import build_manifest, content_sha256
+from kbfuse.numerics import f32_from_bits, summarize_cases
+from kbfuse.verify import describe_finding
+
+# --------------------------------------------------------------------------- numerics
+
+
+def test_f32_from_bits_at_both_ends_of_the_range():
+    assert f32_from_bits(0) == 0.0 and math.copysign(1.0, f32_from_bits(0)) == 1.0
+    assert math.isnan(f32_from_bits(0xFFFFFFFF))
+    assert math.isnan(f32_from_bits("0xffffffff"))
+    with pytest.raises(KbfuseError, match=r"^float32 bits out of range: 4294967296$"):
+        f32_from_bits(0x1_0000_0000)
+    with pytest.raises(KbfuseError, match=r"^float32 bits out of range: -1$"):
+        f32_from_bits(-1)
+
+
+@pytest.mark.parametrize("bits", [1.5, True, None])
+def test_f32_from_bits_names_a_value_of_the_wrong_type(bits):
+    message = f"float32 bits must be an int or a hex string, got {bits!r}"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        f32_from_bits(bits)
+
+
+def test_f32_from_bits_names_a_string_that_is_not_hexadecimal():
+    with pytest.raises(KbfuseError, match=r"^not a hexadecimal float32 pattern: '0xzz'$"):
+        f32_from_bits("0xzz")
+
+
+def case(name="c", **overrides) -> dict:
+    record = {
+        "name": name,
+        "elements": 4,
+        "bit_equal": 4,
+        "official_pass": True,
+        "equal_nan_pass": True,
+        "max_abs_diff": 0.0,
+        "max_ratio_official": 0.0,
+        "max_ratio_historical": 0.0,
+    }
+    return {**record, **overrides}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("elements", 2.5, "case 1 key 'elements' must be an integer, got 2.5"),
+        ("elements", True, "case 1 key 'elements' must be an integer, got True"),
+        ("bit_equal", "4", "case 1 key 'bit_equal' must be an integer, got '4'"),
+        ("official_pass", 1, "case 1 key 'official_pass' must be a bool, got 1"),
+        ("equal_nan_pass", "yes", "case 1 key 'equal_nan_pass' must be a bool, got 'yes'"),
+        ("max_abs_diff", "x", "case 1 key 'max_abs_diff' is not a number: 'x'"),
+        ("max_ratio_official", None, "case 1 key 'max_ratio_official' is not a number: None"),
+        ("max_ratio_historical", [], "case 1 key 'max_ratio_historical' is not a number: []"),
+    ],
+)
+def test_summarize_cases_names_the_case_the_key_and_the_value(key, value, message):
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        summarize_cases([case("first"), case("second", **{key: value})])
+
+
+def test_summarize_cases_names_a_case_that_lacks_a_key_or_is_not_a_dict():
+    named = {k: v for k, v in case("second").items() if k != "bit_equal"}
+    with pytest.raises(KbfuseError, match=r"^case 1 \(second\) lacks key 'bit_equal'$"):
+        summarize_cases([case(), named])
+    nameless = {k: v for k, v in case().items() if k not in ("name", "elements")}
+    with pytest.raises(KbfuseError, match=r"^case 1 \(\?\) lacks key 'elements'$"):
+        summarize_cases([case(), nameless])
+    with pytest.raises(KbfuseError, match=r"^case 1 is not a dict: 7$"):
+        summarize_cases([case(), 7])
+    with pytest.raises(KbfuseError, match=r"^summarize_cases: no cases to summarize$"):
+        summarize_cases([])
+
+
+@pytest.mark.parametrize("order", [("nan", 1.0), (1.0, "nan")])
+def test_a_nan_anywhere_makes_the_maximum_nan(order):
+    cases = [case("a", max_abs_diff=order[0]), case("b", max_abs_diff=order[1])]
+    assert math.isnan(summarize_cases(cases)["max_abs_diff"])
+
+
+# --------------------------------------------------------------------------- timing statistics
+
+
+def test_round_orders_messages():
+    with pytest.raises(KbfuseError, match=r"^round_orders: no implementations to order$"):
+        timing.round_orders([], 3, 0)
+    with pytest.raises(
+        KbfuseError, match=r"^round_orders: implementation names repeat: \['a', 'b', 'a'\]$"
+    ):
+        timing.round_orders(["a", "b", "a"], 3, 0)
+    with pytest.raises(KbfuseError, match=r"^rounds is 0: it must be an integer >= 1$"):
+        timing.round_orders(["a"], 0, 0)
+
+
+def test_sample_checks_name_the_caller_and_the_samples():
+    with pytest.raises(KbfuseError, match=r"^stats: need at least one sample, got \[\]$"):
+        timing.stats([])
+    with pytest.raises(
+        KbfuseError, match=r"^stats: samples must be finite and positive, got \[1\.0, 0\.0\]$"
+    ):
+        timing.stats([1.0, 0.0])
+    with pytest.raises(KbfuseError, match=r"^paired_ratios baseline: need at least one sample"):
+        timing.paired_ratios([], [1.0])
+    with pytest.raises(KbfuseError, match=r"^paired_ratios variant: samples must be finite"):
+        timing.paired_ratios([1.0], [math.inf])
+    with pytest.raises(
+        KbfuseError,
+        match=r"^paired_ratios: 2 baseline samples but 1 variant samples; ratios are paired "
+        r"per round$",
+    ):
+        timing.paired_ratios([1.0, 2.0], [1.0])
+
+
+def test_integer_samples_of_any_size_are_taken_as_float64():
+    big = 2**70
+    assert timing.stats([big, big])["median_ms"] == float(big)
+    assert timing.paired_ratios([big, big], [2**69, 2**69])["median"] == 2.0
+
+
+# --------------------------------------------------------------------------- cudacache
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    monkeypatch.setattr(cudacache, "driver_initialised", lambda: False)
+    monkeypatch.delitem(__import__("sys").modules, "cupy", raising=False)
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_isolated_env_makes_nested_scratch_folders_with_named_caches(tmp_path):
+    scratch = tmp_path / "a" / "b" / "c"
+    env = cudacache.isolated_env(scratch, base_env={})
+    cuda_dir, cupy_dir = Path(env["CUDA_CACHE_PATH"]), Path(env["CUPY_CACHE_DIR"])
+    assert cuda_dir.parent == scratch and cupy_dir.parent == scratch
+    assert cuda_dir.name.startswith("cuda-compute-cache-") and cuda_dir.is_dir()
+    assert cupy_dir.name.startswith("cupy-kernel-cache-") and cupy_dir.is_dir()
+
+
+def test_isolate_says_why_it_is_too_late(clean_env, tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "cupy", object())
+    message = (
+        f"cudacache.isolate({tmp_path}) called too late: cupy is already imported; the CUDA "
+        "driver and CuPy read the cache variables at initialisation, so call isolate before "
+        "importing cupy or touching torch.cuda"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        cudacache.isolate(tmp_path)
+
+
+# --------------------------------------------------------------------------- deps
+
+
+def test_a_syntax_error_names_the_module_file(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("def (:\n")
+    with pytest.raises(SyntaxError, match="invalid syntax") as info:
+        deps.module_closure("broken", tmp_path)
+    assert info.value.filename == str(bad)
+
+
+# --------------------------------------------------------------------------- verify, routes
+
+
+def test_an_implicit_ftz_of_another_route_is_named_after_the_route():
+    finding = describe_finding("v", "nvrtc-cubin", None, True, True, ["--ftz=true"], ["--ftz=true"])
+    assert finding == (
+        "v: options do not request FTZ, but the nvrtc-cubin route's implicit --ftz=true "
+        "flushes subnormals to zero"
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "bookkeeping"),
+    [
+        ("-I/a path with spaces", True),
+        ("-I/usr/include", True),
+        ("--include-path=/x", True),
+        ("-arch=sm_90", True),
+        ("--device-as-default-execution-space", True),
+        ("--pch", True),
+        ("--std=c++17", True),
+        ("--std=c++11", False),
+        ("--ftz=true", False),
+        ("-DXX", False),
+        ("not-an-option", False),
+    ],
+)
+def test_cupy_bookkeeping_options(option, bookkeeping):
+    assert routes.is_cupy_bookkeeping_option(option) is bookkeeping
+
+
+def test_check_options_lists_every_problem():
+    routes.check_options("nvrtc-cubin", ["--ftz=true", "--fmad=false"])  # no problem
+    with pytest.raises(
+        KbfuseError,
+        match=r"^route nvrtc-cubin: option '--ftz=maybe': --ftz expects true or false, not "
+        r"'maybe'; route nvrtc-cubin: option '--bogus' is not an NVRTC option$",
+    ):
+        routes.check_options("nvrtc-cubin", ["--ftz=maybe", "--bogus"])
+
+
+# --------------------------------------------------------------------------- config, manifest
+
+
+def test_variant_spec_defaults_the_kernel_to_naive():
+    config = {"variants": {"v": {"route": "nvrtc-cubin", "options": ("--ftz=false",)}}}
+    assert variant_spec(config, "v") == {
+        "name": "v",
+        "route": "nvrtc-cubin",
+        "kernel": "naive",
+        "options": ["--ftz=false"],
+    }
+    config["variants"]["v"]["kernel"] = "fast"
+    assert variant_spec(config, "v")["kernel"] == "fast"
+
+
+def test_manifest_inputs_relative_to_cwd_or_to_the_results_dir(tmp_path, monkeypatch):
+    config = make_config(variants=("nvrtc-cubin-noftz",))
+    root = tmp_path / "results"
+    write_study(root, config)
+    monkeypatch.chdir(tmp_path)
+    fixed = [str(root / "env/fingerprint.json"), str(root / "kernelbench/pin.json")]
+    # relative to the working directory (which holds results/), and relative to results/
+    manifest = build_manifest(
+        root, [*fixed, "results/timing/81.json", "timing/53.json"], config, tmp_path / "m.json"
+    )
+    assert {"timing/81.json", "timing/53.json"} <= set(manifest["files"])
+    # a path that exists relative to the working directory is that file, even when results/
+    # holds one of the same name
+    (tmp_path / "timing").mkdir()
+    (tmp_path / "timing" / "81.json").write_text("{}\n")
+    with pytest.raises(
+        KbfuseError, match=r"^manifest input timing/81.json is not inside results dir"
+    ):
+        build_manifest(root, [*fixed, "timing/81.json"], config, tmp_path / "m2.json")
+    with pytest.raises(KbfuseError, match=r"^manifest input absent.json is not a file$"):
+        build_manifest(root, [*fixed, "absent.json"], config, tmp_path / "m3.json")
+
+
+@pytest.fixture
+def small_study(tmp_path):
+    """(results dir, config, manifest path, manifest) of one small complete study."""
+    config = make_config(variants=("nvrtc-cubin-noftz",))
+    root = tmp_path / "results"
+    write_study(root, config)
+    manifest = build_manifest(root, [root / "timing/81.json"], config, tmp_path / "m.json")
+    return root, config, tmp_path / "m.json", manifest
+
+
+def test_the_manifest_records_its_schema_and_generator(small_study):
+    _, _, path, manifest = small_study
+    assert manifest["kind"] == "manifest"
+    assert manifest["schema_version"] == 1
+    assert manifest["generator"] == {"kbfuse": kbfuse.__version__}
+    assert read_json(path) == manifest
+    assert sorted(manifest["files"]) == [
+        "env/fingerprint.json",
+        "kernelbench/pin.json",
+        "timing/81.json",
+    ]
+
+
+def test_the_manifest_names_a_missing_fingerprint(small_study, tmp_path):
+    root, config, _, _ = small_study
+    (root / "env/fingerprint.json").unlink()
+    message = f"manifest needs {root / 'env/fingerprint.json'}, which is missing"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        build_manifest(root, [], config, tmp_path / "m2.json")
+
+
+def test_make_bundle_lists_every_problem_of_an_edited_manifest(small_study, tmp_path):
+    root, _, path, manifest = small_study
+    edited = {**manifest, "config": {"edited": True}}
+    path.write_text(json.dumps(edited))  # neither canonical nor matching its content hash
+    message = (
+        f"refusing to bundle: {path}: bytes differ from the canonical form (edited); "
+        f"{path}: field content_sha256 does not match its content (edited)"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        make_bundle(root, path, tmp_path / "b.tar.gz")
+
+
+def test_make_bundle_names_an_unsafe_path(small_study, tmp_path):
+    root, _, path, manifest = small_study
+    files = {**manifest["files"], "../escape.json": manifest["files"]["timing/81.json"]}
+    unsafe = {k: v for k, v in manifest.items() if k != "content_sha256"} | {"files": files}
+    unsafe["content_sha256"] = content_sha256(unsafe)
+    path.write_text(dumps_json(unsafe))
+    message = f"refusing to bundle: {path} lists an unsafe path '../escape.json'"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        make_bundle(root, path, tmp_path / "b.tar.gz")

@@ -12,18 +12,21 @@ import math
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from conftest import ROOT
 from test_summary import make_config, write_study
 
 import kbfuse
-from kbfuse import cudacache, deps, routes, timing
+from kbfuse import cudacache, deps, routes, timing, verify
 from kbfuse.bundle import make_bundle
-from kbfuse.config import variant_spec
+from kbfuse.config import load_config, variant_spec
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json
 from kbfuse.manifest import build_manifest, content_sha256
-from kbfuse.numerics import f32_from_bits, summarize_cases
+from kbfuse.numerics import f32_bits_hex, f32_from_bits, summarize_cases
 from kbfuse.verify import describe_finding
 
 # --------------------------------------------------------------------------- numerics
@@ -94,6 +97,13 @@ def test_summarize_cases_names_a_case_that_lacks_a_key_or_is_not_a_dict():
         summarize_cases([case(), 7])
     with pytest.raises(KbfuseError, match=r"^summarize_cases: no cases to summarize$"):
         summarize_cases([])
+
+
+@pytest.mark.parametrize("key", ["official_pass", "max_abs_diff", "max_ratio_historical"])
+def test_summarize_cases_names_the_case_that_lacks_a_bool_or_float(key):
+    lacking = {k: v for k, v in case("second").items() if k != key}
+    with pytest.raises(KbfuseError, match=rf"^case 1 \(second\) lacks key '{key}'$"):
+        summarize_cases([case(), lacking])
 
 
 @pytest.mark.parametrize("order", [("nan", 1.0), (1.0, "nan")])
@@ -196,6 +206,51 @@ def test_an_implicit_ftz_of_another_route_is_named_after_the_route():
     )
 
 
+def test_only_the_routes_ftz_options_are_named_as_implicit():
+    implicit = ["-I/a path with spaces", "--std=c++17", "-arch=sm_90", "-ftz=true"]
+    finding = describe_finding("v", "cupy-default", None, True, True, implicit, implicit)
+    assert finding == (
+        "v: options do not request FTZ, but CuPy's implicit -ftz=true flushes subnormals to zero"
+    )
+
+
+def test_measure_witness_names_the_variant_of_an_odd_output(monkeypatch):
+    monkeypatch.setattr(verify, "witness_output", lambda mod: 1.0)
+    with pytest.raises(KbfuseError, match=r"^variant 'odd': witness_mul\(1e-10, 1e-30\) gave 1.0"):
+        verify.measure_witness(SimpleNamespace(variant="odd"))
+
+
+def test_the_witness_record_in_full():
+    product = float(np.float32(verify.WITNESS_INPUT) * np.float32(verify.WITNESS_SCALE))
+    record, flushed = verify.witness_record(0.0, "v")
+    assert flushed is True
+    assert record == {
+        "input": 1e-10,
+        "input_bits": f32_bits_hex(1e-10),
+        "scale": 1e-30,
+        "scale_bits": f32_bits_hex(1e-30),
+        "output": 0.0,
+        "output_bits": "0x00000000",
+        "host_product": product,
+        "host_product_bits": f32_bits_hex(product),
+        "subnormal_kept": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("x", "scale"),
+    [(1.0, 1e-30), (1e-30, 1e-30), (float(np.finfo(np.float32).tiny), 1.0)],
+    ids=["normal", "zero", "smallest-normal"],
+)
+def test_a_witness_whose_host_product_is_not_subnormal_is_refused(monkeypatch, x, scale):
+    monkeypatch.setattr(verify, "WITNESS_INPUT", x)
+    monkeypatch.setattr(verify, "WITNESS_SCALE", scale)
+    product = float(np.float32(x) * np.float32(scale))
+    message = f"host witness product {product!r} is not a float32 subnormal"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        verify.witness_record(0.0, "v")
+
+
 @pytest.mark.parametrize(
     ("option", "bookkeeping"),
     [
@@ -227,6 +282,27 @@ def test_check_options_lists_every_problem():
 
 
 # --------------------------------------------------------------------------- config, manifest
+
+
+def test_load_config_reads_kernels_from_kernels_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = load_config(ROOT / "config/config.yaml")
+    assert "nvrtc-cubin-noftz" in config["variants"]
+    empty = tmp_path / "kernels"
+    empty.mkdir()
+    with pytest.raises(KbfuseError, match=r"variants\.\S+\.kernel"):
+        load_config(ROOT / "config/config.yaml", kernels_dir=empty)
+
+
+def test_load_config_refuses_a_file_that_is_not_a_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(
+        KbfuseError,
+        match=rf"^config file {re.escape(str(path))}: expected a "
+        "mapping, got list$",
+    ):
+        load_config(path)
 
 
 def test_variant_spec_defaults_the_kernel_to_naive():

@@ -8,6 +8,7 @@ patterns), an order dependence (NaN anywhere makes a maximum NaN), a nested scra
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -16,17 +17,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
+import yaml
 from conftest import ROOT
 from test_summary import make_config, write_study
 
 import kbfuse
 from kbfuse import cudacache, deps, routes, timing, verify
-from kbfuse.bundle import make_bundle
-from kbfuse.config import load_config, variant_spec
+from kbfuse.bundle import format_report, make_bundle
+from kbfuse.config import check_config, load_config, validate_schema, variant_spec
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json
 from kbfuse.manifest import build_manifest, content_sha256
-from kbfuse.numerics import f32_bits_hex, f32_from_bits, summarize_cases
+from kbfuse.numerics import f32_bits, f32_bits_hex, f32_from_bits, summarize_cases
 from kbfuse.verify import describe_finding
 
 # --------------------------------------------------------------------------- numerics
@@ -392,3 +395,138 @@ def test_make_bundle_names_an_unsafe_path(small_study, tmp_path):
     message = f"refusing to bundle: {path} lists an unsafe path '../escape.json'"
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         make_bundle(root, path, tmp_path / "b.tar.gz")
+
+
+# --------------------------------------------------------------------------- second run
+
+
+def default_config() -> dict:
+    return validate_schema(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+
+
+@pytest.mark.parametrize("value", [-80.0, -110.0])
+def test_check_config_refuses_low_equal_to_high(value):
+    cfg = default_config()
+    cfg["controls"]["tiny_values"].update(low=value, high=value)
+    message = f"config key controls.tiny_values: low {value!r} must be below high {value!r}"
+    with pytest.raises(KbfuseError, match=f"^invalid config:\n  {re.escape(message)}$"):
+        check_config(cfg, ROOT / "kernels")
+
+
+def test_validate_schema_fills_the_level_and_the_default_kernel():
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg["kernelbench"].pop("level", None)
+    name = next(iter(cfg["variants"]))
+    cfg["variants"][name].pop("kernel", None)
+    filled = validate_schema(cfg)
+    assert filled["kernelbench"]["level"] == 2
+    assert filled["variants"][name]["kernel"] == "naive"
+
+
+def test_schema_errors_are_listed_by_key_in_order():
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg["seeds"] = [0, -1]
+    cfg["colour"] = "blue"
+    with pytest.raises(KbfuseError) as info:
+        validate_schema(cfg)
+    lines = str(info.value).split("\n  ")
+    assert lines[0] == "invalid config:"
+    assert lines[1].startswith("config key <top level>: ")
+    assert "'colour' was unexpected" in lines[1]
+    assert lines[2].startswith("config key seeds[1]: -1 is invalid: ")
+    assert len(lines) == 3
+
+
+def test_validate_schema_takes_another_schema(tmp_path):
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("type: object\nrequired: [x]\n")
+    message = "invalid config:\n  config key <top level>: {} is invalid: 'x' is a required property"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        validate_schema({}, schema)
+    assert validate_schema({"x": 1}, schema) == {"x": 1, "kernelbench": {"level": 2}}
+
+
+def test_check_config_finds_the_default_kernel_in_kernels(tmp_path, monkeypatch):
+    cfg = default_config()
+    name = next(iter(cfg["variants"]))
+    cfg["variants"] = {name: {k: v for k, v in cfg["variants"][name].items() if k != "kernel"}}
+    monkeypatch.chdir(ROOT)
+    check_config(cfg)  # kernels/naive.cu
+    monkeypatch.chdir(tmp_path)
+    message = f"config key variants.{name}.kernel: None has no source kernels/naive.cu"
+    with pytest.raises(KbfuseError, match=f"^invalid config:\n  {re.escape(message)}$"):
+        check_config(cfg)
+
+
+def test_check_config_names_a_kernel_source_that_does_not_load(tmp_path):
+    cfg = default_config()
+    name = next(iter(cfg["variants"]))
+    cfg["variants"] = {name: {**cfg["variants"][name], "kernel": "bad"}}
+    (tmp_path / "bad.cu").write_text("// no launch line\n")
+    with pytest.raises(
+        KbfuseError, match=rf"^invalid config:\n  config key variants\.{name}\.kernel: .*launch"
+    ):
+        check_config(cfg, tmp_path)
+
+
+def test_f32_bits_refuses_what_is_not_one_float32():
+    with pytest.raises(KbfuseError, match=r"^f32_bits needs a one-element float32 tensor, got "):
+        f32_bits(torch.tensor([1.0], dtype=torch.float64))
+    with pytest.raises(KbfuseError, match=r"^f32_bits needs a one-element float32 tensor, got "):
+        f32_bits(torch.tensor([1.0, 2.0]))
+    for value in (True, "1.0", None):
+        with pytest.raises(KbfuseError, match=rf"^f32_bits needs a real number, got {value!r}$"):
+            f32_bits(value)
+
+
+def test_f32_bits_rounds_a_number_to_float32_whatever_the_default_dtype():
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert f32_bits(0.1) == 0x3DCCCCCD
+    finally:
+        torch.set_default_dtype(saved)
+
+
+def test_verify_progress_lines_reach_the_log_as_written(caplog):
+    lines = verify._Progress()
+    with caplog.at_level(logging.INFO, logger="kbfuse.verify"):
+        lines.append("variant v: 100% %s done")
+    assert lines == ["variant v: 100% %s done"]
+    assert [r.getMessage() for r in caplog.records] == ["variant v: 100% %s done"]
+
+
+def test_format_report_names_the_bundle_and_its_environment():
+    report = {
+        "bundle": "b.tar.gz",
+        "bundle_sha256": "f" * 64,
+        "environment": {
+            "gpu": "H200",
+            "driver": "580",
+            "driver_cuda": "13.0",
+            "cuda": "13.0.1",
+            "torch": "2.11",
+            "torch_cuda": "13.0",
+            "nvrtc": "13.0.88",
+        },
+        "pin": {"url": "KernelBench.git", "commit": "c" * 40},
+        "checked": 3,
+        "changed": [],
+        "missing": ["timing/81.json"],
+        "extra": [],
+        "duplicates": [],
+        "manifest_problems": [],
+        "ok": False,
+    }
+    assert format_report(report) == (
+        "bundle b.tar.gz\n"
+        f"  sha256 {'f' * 64}\n"
+        "  produced on: GPU H200, driver 580 (CUDA 13.0), CUDA runtime 13.0.1, torch 2.11 "
+        "(CUDA 13.0), NVRTC 13.0.88\n"
+        f"  KernelBench KernelBench.git @ {'c' * 40}\n"
+        "  files listed in manifest: 3\n"
+        "  MISSING timing/81.json\n"
+        "  FAILED\n"
+    )
+    bare = {k: v for k, v in report.items() if k not in ("bundle", "bundle_sha256")}
+    assert format_report(bare).startswith("bundle \n  sha256 \n")

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,10 +25,10 @@ from test_summary import make_config, write_study
 
 import kbfuse
 from kbfuse import cudacache, deps, routes, timing, verify
-from kbfuse.bundle import format_report, make_bundle
+from kbfuse.bundle import MANIFEST_MEMBER, format_report, make_bundle, pack, verify_bundle
 from kbfuse.config import check_config, load_config, validate_schema, variant_spec
 from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json, read_json
+from kbfuse.io import dumps_json, read_json, sha256_file
 from kbfuse.manifest import build_manifest, content_sha256
 from kbfuse.numerics import f32_bits, f32_bits_hex, f32_from_bits, summarize_cases
 from kbfuse.verify import describe_finding
@@ -530,3 +531,54 @@ def test_format_report_names_the_bundle_and_its_environment():
     )
     bare = {k: v for k, v in report.items() if k not in ("bundle", "bundle_sha256")}
     assert format_report(bare).startswith("bundle \n  sha256 \n")
+
+
+def test_verify_bundle_names_the_bundle_and_the_manifest_member(small_study, tmp_path):
+    root, _, path, manifest = small_study
+    bundle = make_bundle(root, path, tmp_path / "b.tar.gz")
+    report = verify_bundle(bundle)
+    assert report["ok"] is True
+    assert report["bundle"] == str(bundle) and report["bundle_sha256"] == sha256_file(bundle)
+    with tarfile.open(bundle, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    members[MANIFEST_MEMBER] = json.dumps(manifest).encode()  # same content, not canonical
+    edited = tmp_path / "edited.tar.gz"
+    edited.write_bytes(pack(members))
+    assert verify_bundle(edited)["manifest_problems"] == [
+        f"{MANIFEST_MEMBER}: bytes differ from the canonical form (edited)"
+    ]
+
+
+def test_the_bundle_gzip_header_holds_no_file_name_or_time():
+    data = pack({"a.json": b"{}\n"})
+    assert data[:3] == b"\x1f\x8b\x08"  # gzip, deflate
+    assert data[3] & 0x08 == 0  # FLG.FNAME clear
+    assert data[4:8] == b"\0\0\0\0"  # MTIME 0
+    assert data[8] == 2  # XFL 2: the slowest, best compression (level 9)
+
+
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (["a"], "corrupt correctness record: not a JSON object (list)"),
+        (
+            {
+                "kind": "correctness",
+                "implementation": "v",
+                "passed": True,
+                "failing_checks": ["seed0"],
+            },
+            "corrupt correctness record: passed is true but failing_checks is not empty",
+        ),
+    ],
+)
+def test_gate_reasons_word_for_word(record, reason):
+    assert timing.gate({"v": record}) == (
+        [],
+        {
+            "v": {
+                "reason": reason,
+                "failing_checks": (record["failing_checks"] if isinstance(record, dict) else []),
+            }
+        },
+    )

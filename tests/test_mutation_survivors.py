@@ -7,6 +7,7 @@ patterns), an order dependence (NaN anywhere makes a maximum NaN), a nested scra
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -24,13 +25,21 @@ from conftest import ROOT
 from test_summary import make_config, write_study
 
 import kbfuse
+from kbfuse import bundle as bundle_module
 from kbfuse import cudacache, deps, routes, timing, verify
 from kbfuse.bundle import MANIFEST_MEMBER, format_report, make_bundle, pack, verify_bundle
 from kbfuse.config import check_config, load_config, validate_schema, variant_spec
 from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json, read_json, sha256_file
-from kbfuse.manifest import build_manifest, content_sha256
-from kbfuse.numerics import f32_bits, f32_bits_hex, f32_from_bits, summarize_cases
+from kbfuse.io import dumps_json, read_json, sha256_file, write_json
+from kbfuse.manifest import build_manifest, content_sha256, environment_of, load_manifest
+from kbfuse.numerics import (
+    bit_equal_count,
+    check_tolerance,
+    f32_bits,
+    f32_bits_hex,
+    f32_from_bits,
+    summarize_cases,
+)
 from kbfuse.verify import describe_finding
 
 # --------------------------------------------------------------------------- numerics
@@ -582,3 +591,226 @@ def test_gate_reasons_word_for_word(record, reason):
             }
         },
     )
+
+
+# --------------------------------------------------------------------------- third run
+
+
+def test_environment_of_reads_nested_and_flat_fingerprints():
+    nested = {
+        "gpu": {"name": "NVIDIA H200", "compute_capability": "9.0"},
+        "driver": {
+            "nvidia_smi": {"driver_version": "580.159.04"},
+            "cuda_driver_api": {"cuda": "13.0"},
+        },
+        "cuda_runtime": {"cuda": "13.2"},
+        "torch": "2.11.0+cu130",
+        "torch_cuda": "13.0",
+        "cupy": "14.2.0",
+        "nvrtc": {"version": "13.0"},
+        "triton": "3.6.0",
+        "python": "3.12.3",
+    }
+    assert environment_of({"fingerprint": nested}) == {
+        "gpu": "NVIDIA H200",
+        "compute_capability": "9.0",
+        "driver": "580.159.04",
+        "driver_cuda": "13.0",
+        "cuda": "13.2",
+        "torch": "2.11.0+cu130",
+        "torch_cuda": "13.0",
+        "cupy": "14.2.0",
+        "nvrtc": "13.0",
+        "triton": "3.6.0",
+        "python": "3.12.3",
+    }
+    flat = {"driver": "570.1", "cuda_runtime": "12.8", "nvrtc": "12.8", "gpu": ["not", "scalar"]}
+    env = environment_of({"fingerprint": flat})
+    assert (env["driver"], env["cuda"], env["nvrtc"]) == ("570.1", "12.8", "12.8")
+    assert env["gpu"] is None and env["driver_cuda"] is None and env["python"] is None
+    assert set(environment_of({}).values()) == {None}
+
+
+def test_verify_record_in_full(fake_device_verify):
+    run, root = fake_device_verify
+    record = run(pin={"tasks": {"53": {}}})
+    assert record == {
+        "kind": "verify",
+        "schema_version": 1,
+        "variant": "v",
+        "route": "nvrtc-ptx",
+        "kernel": "tail_81",
+        "artifact_sha256": "e" * 64,
+        "requested_ftz": False,
+        "expected_ftz": False,
+        "effective_ftz": False,
+        "witness": verify.witness_record(PRODUCT, "v")[0],
+        "task81": [],
+        "task81_note": f"task 81 is not in the pin record {root / 'pin.json'}: no task-81 "
+        "tail witness was run",
+        "mismatch": False,
+        "requested_mismatch": False,
+        "finding": None,
+        "cuda_cache": cudacache.current_setting(),
+    }
+
+
+def test_verify_builds_the_task81_witness_once_from_checkout_pin_and_device(fake_device_verify):
+    run, root = fake_device_verify
+    pin = {"tasks": {"81": {}}}
+    record = run(pin=pin)
+    assert record["task81"] == [TASK81_RECORD]
+    assert record["task81_note"] is None
+    assert FakeTask81.built == [(root, pin, torch.device("cuda", 3))]
+
+
+PRODUCT = float(np.float32(1e-10) * np.float32(1e-30))
+
+
+TASK81_RECORD = {
+    "input": -88.0,
+    "output": -1e-37,
+    "output_bits": "0x8007434c",
+    "reference": -1e-37,
+    "reference_bits": "0x8007434c",
+}
+
+
+class FakeTask81:
+    built: list = []
+
+    def __init__(self, checkout, pin, device):
+        FakeTask81.built.append((checkout, pin, device))
+
+    def measure(self, mod):
+        return [TASK81_RECORD]
+
+
+@pytest.fixture
+def fake_device_verify(tmp_path, monkeypatch):
+    """run(pin) -> the verify record of one keeping nvrtc-ptx artifact on a fake device 3."""
+    FakeTask81.built = []
+    load = staticmethod(lambda a, m: SimpleNamespace(variant=m["variant"], device=3))
+    monkeypatch.setattr(verify.LoadedModule, "load", load)
+    monkeypatch.setattr(verify, "witness_output", lambda mod: PRODUCT)
+    monkeypatch.setattr(verify, "Task81Witness", FakeTask81)
+    options = ["--std=c++11", "--ftz=false"]
+    meta = {
+        "kind": "compile",
+        "variant": "v",
+        "route": "nvrtc-ptx",
+        "kernel": "tail_81",
+        "requested_options": options,
+        "actual_options": options,
+        "implicit_options": [],
+        "expected_ftz": False,
+        "artifact_sha256": "e" * 64,
+    }
+    write_json(tmp_path / "meta.json", meta)
+
+    def run(pin):
+        monkeypatch.setattr(verify, "read_pin", lambda path: pin)
+        return verify.verify_variant(
+            tmp_path / "tails.bin",
+            tmp_path / "meta.json",
+            tmp_path,
+            tmp_path / "pin.json",
+            tmp_path / "out.json",
+        )
+
+    return run, tmp_path
+
+
+def test_findings_word_for_word():
+    on = describe_finding("v", "nvrtc-cubin", True, True, False, ["--ftz=true"], [])
+    assert on == (
+        "v: options request FTZ on, but the artifact keeps subnormals (actual options: "
+        "--ftz=true); v: the options actually passed imply FTZ on, but the loaded artifact "
+        "keeps subnormals on the device; the artifact does not match its compile options (a "
+        "CUDA compute-cache entry from another FTZ setting is one known cause: see cuda_cache)"
+    )
+    two = describe_finding(
+        "v", "cupy-default", None, True, True, ["-ftz=true"], ["-ftz=true", "--ftz=true"]
+    )
+    assert two == (
+        "v: options do not request FTZ, but CuPy's implicit -ftz=true --ftz=true flushes "
+        "subnormals to zero"
+    )
+    # an implicit FTZ option that did not decide the bits is not named as the cause
+    stale = describe_finding(
+        "v", "cupy-default", False, False, True, ["--ftz=false"], ["-ftz=true"]
+    )
+    assert stale.startswith(
+        "v: options request FTZ off, but the artifact flushes subnormals to zero (actual "
+        "options: --ftz=false); v: the options actually passed imply FTZ off"
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a\\b", "a\x00b", "C:/x", "C:", "/abs", "../up", "a/../../up", "", "."],
+)
+def test_unsafe_member_names_are_refused(name):
+    member = tarfile.TarInfo(name)
+    with pytest.raises(KbfuseError, match="has an unsafe path; refusing to extract"):
+        bundle_module._member_name(member)
+
+
+@pytest.mark.parametrize(
+    ("name", "normalised"), [("./a/./b.json", "a/b.json"), ("ab/c", "ab/c"), ("C/x", "C/x")]
+)
+def test_safe_member_names_are_normalised(name, normalised):
+    assert bundle_module._member_name(tarfile.TarInfo(name)) == normalised
+
+
+def test_read_members_skips_folders_and_reads_on(tmp_path):
+    out = tmp_path / "b.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        folder = tarfile.TarInfo("dir")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        data = b"{}\n"
+        info = tarfile.TarInfo("dir/a.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert bundle_module._read_members(out) == [("dir/a.json", b"{}\n")]
+    extracted = bundle_module.extract_bundle(out, tmp_path / "x")
+    assert extracted == {"members": ["dir/a.json"], "duplicates": []}
+    assert (tmp_path / "x" / "dir" / "a.json").read_bytes() == b"{}\n"
+
+
+def test_load_manifest_messages(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text("{not json")
+    with pytest.raises(KbfuseError, match=rf"^manifest {re.escape(str(path))} is not valid JSON: "):
+        load_manifest(path)
+    path.write_text("[]")
+    with pytest.raises(
+        KbfuseError, match=rf"^manifest {re.escape(str(path))}: expected a JSON object$"
+    ):
+        load_manifest(path)
+    with pytest.raises(
+        KbfuseError, match=r"^manifest manifest: field kind is 'timing', not 'manifest'$"
+    ):
+        load_manifest({"kind": "timing", "files": {}})
+    data, problems = load_manifest({"kind": "manifest", "files": {}})
+    assert data == {"kind": "manifest", "files": {}}
+    assert problems == ["manifest: field content_sha256 does not match its content (edited)"]
+
+
+def test_numerics_input_messages():
+    ref = torch.zeros(2)
+    with pytest.raises(KbfuseError, match=r"^tolerance atol must be a real number, got True$"):
+        check_tolerance(True, 0.0)
+    with pytest.raises(KbfuseError, match=r"^tolerance rtol must be a real number, got '1'$"):
+        check_tolerance(0.0, "1")
+    with pytest.raises(KbfuseError, match=r"^reference must be a torch.Tensor, got list$"):
+        bit_equal_count([0.0, 0.0], ref)
+    with pytest.raises(KbfuseError, match=r"^candidate must be float32, got torch.float64$"):
+        bit_equal_count(ref, ref.double())
+    with pytest.raises(
+        KbfuseError, match=r"^device mismatch: reference on cpu, candidate on meta$"
+    ):
+        bit_equal_count(ref, torch.zeros(2, device="meta"))
+    with pytest.raises(KbfuseError, match=r"^unknown route 'nvcc'; known routes: \["):
+        routes.get_route("nvcc")

@@ -35,6 +35,7 @@ from kbfuse.manifest import build_manifest, content_sha256, environment_of, load
 from kbfuse.numerics import (
     bit_equal_count,
     check_tolerance,
+    error_ratio_map,
     f32_bits,
     f32_bits_hex,
     f32_from_bits,
@@ -709,7 +710,11 @@ def fake_device_verify(tmp_path, monkeypatch):
     write_json(tmp_path / "meta.json", meta)
 
     def run(pin):
-        monkeypatch.setattr(verify, "read_pin", lambda path: pin)
+        def read_pin(path):
+            assert path == tmp_path / "pin.json"
+            return pin
+
+        monkeypatch.setattr(verify, "read_pin", read_pin)
         return verify.verify_variant(
             tmp_path / "tails.bin",
             tmp_path / "meta.json",
@@ -814,3 +819,19 @@ def test_numerics_input_messages():
         bit_equal_count(ref, torch.zeros(2, device="meta"))
     with pytest.raises(KbfuseError, match=r"^unknown route 'nvcc'; known routes: \["):
         routes.get_route("nvcc")
+
+
+def test_verify_variant_refuses_metadata_that_is_not_an_object(tmp_path):
+    (tmp_path / "meta.json").write_text("[]\n")
+    with pytest.raises(KbfuseError, match=r"variants must be a non-empty mapping|not a compile"):
+        verify.verify_variant(
+            tmp_path / "a.bin", tmp_path / "meta.json", tmp_path, None, tmp_path / "o"
+        )
+    assert not (tmp_path / "o").exists()
+
+
+def test_error_ratio_map_scales_by_the_candidate_by_default():
+    ref, cand = torch.tensor([2.0]), torch.tensor([1.0])
+    default = error_ratio_map(ref, cand, 0.0, 0.5)
+    assert default.tolist() == [2.0]  # |2 - 1| / (0.5 * |1|)
+    assert error_ratio_map(ref, cand, 0.0, 0.5, scale="reference").tolist() == [1.0]

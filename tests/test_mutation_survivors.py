@@ -31,7 +31,14 @@ from kbfuse.bundle import MANIFEST_MEMBER, format_report, make_bundle, pack, ver
 from kbfuse.config import check_config, load_config, validate_schema, variant_spec
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json, sha256_file, write_json
-from kbfuse.manifest import build_manifest, content_sha256, environment_of, load_manifest
+from kbfuse.manifest import (
+    build_manifest,
+    content_sha256,
+    environment_of,
+    is_safe_relpath,
+    load_manifest,
+    verify_manifest,
+)
 from kbfuse.numerics import (
     bit_equal_count,
     check_tolerance,
@@ -835,3 +842,74 @@ def test_error_ratio_map_scales_by_the_candidate_by_default():
     default = error_ratio_map(ref, cand, 0.0, 0.5)
     assert default.tolist() == [2.0]  # |2 - 1| / (0.5 * |1|)
     assert error_ratio_map(ref, cand, 0.0, 0.5, scale="reference").tolist() == [1.0]
+
+
+# --------------------------------------------------------------------------- fourth run
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ("", "empty option string"),
+        (
+            "--ftz true",
+            "option '--ftz true' contains whitespace: give one option per list item, written "
+            "--name=value",
+        ),
+        ("--ftz", "option '--ftz': --ftz needs =true or false"),
+        ("--ftz=", "option '--ftz=': --ftz needs =true or false"),
+        ("--maxrregcount", "option '--maxrregcount': --maxrregcount needs =an integer"),
+        ("--std", "option '--std': --std needs =c++03|c++11|c++14|c++17|c++20"),
+        ("-I", "option '-I': --include-path needs =a value"),
+    ],
+)
+def test_parse_option_problems_word_for_word(option, problem):
+    assert routes.parse_option(option) == (None, problem)
+
+
+def test_parse_option_keeps_the_text_and_the_value():
+    parsed, problem = routes.parse_option("-Iinclude")
+    assert problem is None
+    assert (parsed.text, parsed.spec.name, parsed.value) == ("-Iinclude", "include-path", "include")
+
+
+def test_option_problems_of_a_string_and_of_every_option():
+    assert routes.option_problems("nvrtc-cubin", "--ftz=true") == [
+        "route nvrtc-cubin: options must be a list of strings, got '--ftz=true'"
+    ]
+    assert routes.option_problems("nvrtc-cubin", ["-arch=sm_90", "--bogus"]) == [
+        "route nvrtc-cubin: option '-arch=sm_90' sets the architecture, which the route and the "
+        "config key `arch` own; remove it",
+        "route nvrtc-cubin: option '--bogus' is not an NVRTC option",
+    ]
+
+
+def test_a_backslash_path_is_not_safe():
+    assert is_safe_relpath("timing/81.json") is True
+    assert is_safe_relpath("timing\\81.json") is False
+
+
+def test_verify_manifest_reports_every_problem_and_reads_on(small_study):
+    root, _, path, manifest = small_study
+    files = {
+        "../escape.json": manifest["files"]["timing/81.json"],
+        "absent/a.json": manifest["files"]["timing/81.json"],
+        **manifest["files"],
+    }
+    edited = {k: v for k, v in manifest.items() if k != "content_sha256"} | {"files": files}
+    edited["content_sha256"] = content_sha256(edited)
+    (root / "env/fingerprint.json").write_text("{not json")
+    pin = read_json(root / "kernelbench/pin.json")
+    write_json(root / "kernelbench/pin.json", {**pin, "commit": "0" * 40})
+    report = verify_manifest(root, edited)
+    assert report["manifest_problems"] == [
+        "manifest lists an unsafe path '../escape.json'",
+        "manifest field kernelbench_pin differs from kernelbench/pin.json",
+    ]
+    assert report["missing"] == ["absent/a.json"]
+    changed = {c["path"]: c for c in report["changed"]}
+    assert sorted(changed) == ["env/fingerprint.json", "kernelbench/pin.json"]
+    expected = manifest["files"]["kernelbench/pin.json"]
+    assert changed["kernelbench/pin.json"]["expected_sha256"] == expected["sha256"]
+    assert changed["kernelbench/pin.json"]["expected_bytes"] == expected["bytes"]
+    assert report["pin"] == {"url": pin["url"], "commit": pin["commit"]}

@@ -913,3 +913,124 @@ def test_verify_manifest_reports_every_problem_and_reads_on(small_study):
     assert changed["kernelbench/pin.json"]["expected_sha256"] == expected["sha256"]
     assert changed["kernelbench/pin.json"]["expected_bytes"] == expected["bytes"]
     assert report["pin"] == {"url": pin["url"], "commit": pin["commit"]}
+
+
+# --------------------------------------------------------------------------- fifth run
+
+
+def _tar(out: Path, members: list[tuple[str, bytes]], mode: str = "w:gz") -> Path:
+    with tarfile.open(out, mode) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def test_a_bundle_must_be_gzipped(tmp_path):
+    plain = _tar(tmp_path / "b.tar.gz", [("a.json", b"{}\n")], mode="w")
+    with pytest.raises(KbfuseError, match=r"is not a readable \.tar\.gz"):
+        bundle_module.extract_bundle(plain, tmp_path / "x")
+
+
+def test_extraction_goes_on_after_a_duplicate(tmp_path):
+    out = _tar(tmp_path / "b.tar.gz", [("a", b"1"), ("a", b"2"), ("b", b"3")])
+    assert bundle_module.extract_bundle(out, tmp_path / "x") == {
+        "members": ["a", "b"],
+        "duplicates": ["a"],
+    }
+    assert (tmp_path / "x/a").read_bytes() == b"1" and (tmp_path / "x/b").read_bytes() == b"3"
+
+
+def test_extraction_refuses_a_member_that_lands_outside(tmp_path):
+    dest, outside = tmp_path / "x", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (dest / "a").symlink_to(outside)
+    out = _tar(tmp_path / "b.tar.gz", [("a/b.json", b"{}\n")])
+    with pytest.raises(
+        KbfuseError, match=r"^bundle member 'a/b.json' resolves outside the extraction dir$"
+    ):
+        bundle_module.extract_bundle(out, dest)
+    assert not (outside / "b.json").exists()
+
+
+def test_extraction_names_a_member_it_cannot_write(tmp_path):
+    out = _tar(tmp_path / "b.tar.gz", [("a", b"file"), ("a/b", b"under a file")])
+    with pytest.raises(KbfuseError, match=r"^bundle member 'a/b' cannot be extracted: "):
+        bundle_module.extract_bundle(out, tmp_path / "x")
+
+
+def test_format_report_lists_duplicates_and_says_ok():
+    report = {
+        "environment": {},
+        "pin": {},
+        "checked": 1,
+        "changed": [],
+        "missing": [],
+        "extra": [],
+        "duplicates": ["kbfuse-bundle/results/a.json"],
+        "manifest_problems": [],
+        "ok": True,
+    }
+    lines = format_report(report).splitlines()
+    assert lines[-2:] == [
+        "  DUPLICATE member kbfuse-bundle/results/a.json",
+        "  OK: every file matches the manifest",
+    ]
+
+
+def test_check_config_lists_every_missing_kernel_by_name(tmp_path):
+    cfg = default_config()
+    first, second = list(cfg["variants"])[:2]
+    cfg["variants"] = {
+        first: {**cfg["variants"][first], "kernel": "gone"},
+        second: {**cfg["variants"][second], "kernel": "lost"},
+    }
+    message = (
+        f"invalid config:\n  config key variants.{first}.kernel: 'gone' has no source "
+        f"{tmp_path / 'gone.cu'}\n  config key variants.{second}.kernel: 'lost' has no source "
+        f"{tmp_path / 'lost.cu'}"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        check_config(cfg, tmp_path)
+
+
+def test_load_manifest_needs_a_files_mapping():
+    with pytest.raises(
+        KbfuseError, match=r"^manifest manifest: field files is missing or not a mapping$"
+    ):
+        load_manifest({"kind": "manifest", "files": []})
+
+
+def test_option_problems_refuses_what_is_not_a_list():
+    assert routes.option_problems("nvrtc-cubin", 5) == [
+        "route nvrtc-cubin: options must be a list of strings, got 5"
+    ]
+    assert routes.option_problems("nvrtc-cubin", ("--ftz=true",)) == []
+
+
+def test_verify_names_cupys_implicit_ftz_from_the_route(tmp_path, monkeypatch):
+    options = ["--std=c++11", "--fmad=false"]
+    meta = {
+        "kind": "compile",
+        "variant": "cupy",
+        "route": "cupy-default",
+        "kernel": "tail_81",
+        "requested_options": options,
+        "actual_options": [*options, "-ftz=true"],
+        "implicit_options": ["-ftz=true"],
+        "expected_ftz": True,
+        "artifact_sha256": "e" * 64,
+    }
+    write_json(tmp_path / "meta.json", meta)
+    load = staticmethod(lambda a, m: SimpleNamespace(variant=m["variant"], device=0))
+    monkeypatch.setattr(verify.LoadedModule, "load", load)
+    monkeypatch.setattr(verify, "witness_output", lambda mod: 0.0)  # the artifact flushes
+    record = verify.verify_variant(
+        tmp_path / "tails.bin", tmp_path / "meta.json", tmp_path, None, tmp_path / "out.json"
+    )
+    assert record["finding"] == (
+        "cupy: options do not request FTZ, but CuPy's implicit -ftz=true flushes subnormals to zero"
+    )
+    assert record["mismatch"] is False

@@ -217,6 +217,9 @@ def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
         f"({', '.join(f'`{g}`' for g in GPU_ONLY)}); no CPU test can reach them, the GPU tests",
         "do, and they are counted apart. *No CPU test*: no selected test runs the function.",
         "*Not run*: mutants of a scored function that this run did not reach (0 after a full run).",
+        "mutmut keeps its verdicts in `./mutants`: after tests are added, `mutmut run NAME...`",
+        "with the survivors' names rechecks just those, and `python tools/mutation_report.py`",
+        "rewrites this page (this one: a full run, then such reruns after each batch of tests).",
         "",
         f"## Score: {score:.1%} killed (goal {GOAL:.0%})",
         "",
@@ -236,6 +239,7 @@ def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
         if reason is None:
             unexplained.append(name)
             reason = "**unexplained**"
+        reason = " ".join(reason.split())  # one markdown list item
         diff = "; ".join(f"`{d.strip()}`" for d in mutant_diff(name))
         lines.append(f"- `{name}` ({results[name]}): {diff}. {reason}")
     lines.append("")

@@ -1,4 +1,11 @@
-"""Shared fixtures: a throw-away copy of the workflow and a small KernelBench-shaped repo."""
+"""Shared fixtures (a throw-away copy of the workflow, a small KernelBench-shaped repo) and
+the suite's skip accounting.
+
+Skips are never silent: a test that cannot run here is skipped by a marker or condition
+whose reason is printed (-ra), and with KBFUSE_CHECK_SKIPS=1 (set by CI) the session fails
+when the tests skipped differ from tests/expected_skips.txt, naming the difference. Tests
+marked `nvcc` are skipped, and so counted, where no working nvcc is found.
+"""
 
 from __future__ import annotations
 
@@ -160,3 +167,56 @@ def isolated_process(tmp_path_factory):
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+# --------------------------------------------------------------------------- skip accounting
+
+EXPECTED_SKIPS = Path(__file__).resolve().parent / "expected_skips.txt"
+CHECK_SKIPS_VARIABLE = "KBFUSE_CHECK_SKIPS"
+_skipped: set[str] = set()
+
+
+def read_expected_skips(path: Path = EXPECTED_SKIPS) -> set[str]:
+    """Node ids listed in `path`, one a line; blank lines and '#' comments ignored."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return {line for line in lines if line}
+
+
+def skip_problems(expected: set[str], skipped: set[str]) -> list[str]:
+    """Lines naming every test skipped unexpectedly or expected to skip but run; [] if none."""
+    if expected == skipped:
+        return []
+    problems = [f"{len(skipped)} tests skipped, {len(expected)} expected ({EXPECTED_SKIPS.name})"]
+    problems += [f"skipped, not expected: {nodeid}" for nodeid in sorted(skipped - expected)]
+    problems += [f"expected to skip, did not: {nodeid}" for nodeid in sorted(expected - skipped)]
+    return problems
+
+
+def pytest_collection_modifyitems(config, items):
+    nvcc_tests = [item for item in items if item.get_closest_marker("nvcc")]
+    if not nvcc_tests:
+        return
+    from kbfuse.compile import find_nvcc
+    from kbfuse.errors import KbfuseError
+
+    try:
+        find_nvcc()
+    except KbfuseError as exc:
+        for item in nvcc_tests:
+            item.add_marker(pytest.mark.skip(reason=f"no working nvcc: {exc}"))
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.add(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get(CHECK_SKIPS_VARIABLE) != "1" or hasattr(session.config, "workerinput"):
+        return  # only the whole suite, on the controller, is checked
+    problems = skip_problems(read_expected_skips(), _skipped)
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for line in ["skip count check failed:", *problems]:
+            reporter.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -141,7 +141,7 @@ def test_task_file_changed_after_pinning_is_refused_naming_file_and_hashes(tmp_p
     task_file.write_text(task_file.read_text().replace("x / 2.0", "x / 3.0"))
     edited = sha256_file(task_file)
     assert edited != pinned
-    with pytest.raises(KbfuseError) as info:
+    with pytest.raises(KbfuseError, match="changed after pinning") as info:
         load_task(checkout, pin, 81)
     message = str(info.value)
     assert str(task_file) in message

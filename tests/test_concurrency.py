@@ -6,9 +6,11 @@
 (b) Every GPU rule declares `resources: gpu=1` and the default profile caps `gpu=1`. Checked
     statically (the profile's YAML) and from each job's `resources:` line in a dry-run of `all`.
     Timing two GPU jobs against each other needs a GPU, so the cap's effect on the scheduler is
-    shown on this machine with GPU jobs that fail at once (kbfuse.jobs.require_gpu): with
-    --cores 8 under the profile they run one after the other, and with the cap lifted
-    (--resources gpu=3) the same jobs overlap, which shows the check can see an overlap.
+    shown on this machine with GPU jobs that fail (kbfuse.jobs.require_gpu, made to take
+    SLOW_GPU_CHECK_S in the test's copy of the workflow, so that jobs running at once overlap
+    in their logs): with --cores 8 under the profile they run one after the other, and with
+    the cap lifted (--resources gpu=3) the same jobs overlap, which shows the check can see an
+    overlap.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -163,6 +165,21 @@ GPU_TARGETS = {
 }
 
 
+SLOW_GPU_CHECK_S = 3.0
+_GPU_CHECK = "    from kbfuse import cudadriver\n\n    try:\n"
+
+
+def slow_gpu_check(workdir: Path) -> None:
+    """Make require_gpu in the copied workflow take SLOW_GPU_CHECK_S before it fails: a job
+    that fails within milliseconds would not overlap another in its log even when both ran
+    at once, and the overlap check below could not fail."""
+    jobs = workdir / "src/kbfuse/jobs.py"
+    text = jobs.read_text()
+    assert text.count(_GPU_CHECK) == 1, "require_gpu changed: update slow_gpu_check"
+    delay = f"    import time\n\n    time.sleep({SLOW_GPU_CHECK_S})\n"
+    jobs.write_text(text.replace(_GPU_CHECK, delay + _GPU_CHECK))
+
+
 def _job_spans(workdir: Path) -> list[tuple[datetime, datetime]]:
     """(first, last) log timestamp of each job: both lie inside the job's lifetime."""
     spans = []
@@ -182,6 +199,7 @@ def _job_spans(workdir: Path) -> list[tuple[datetime, datetime]]:
 @pytest.mark.parametrize("cap", ["profile", "lifted"])
 def test_gpu_cap_serialises_gpu_jobs_under_many_cores(tmp_path, kb_repo, cap):
     workdir = copy_workflow(tmp_path / "wf")
+    slow_gpu_check(workdir)
     config = write_test_config(workdir, *kb_repo, arch="auto")
     extra = [] if cap == "profile" else ["--resources", "gpu=3"]
     proc = snakemake(
@@ -192,12 +210,13 @@ def test_gpu_cap_serialises_gpu_jobs_under_many_cores(tmp_path, kb_repo, cap):
     assert proc.returncode != 0 and out.count("needs a CUDA GPU") >= len(GPU_TARGETS), out
     assert f'gpu=Resource("gpu", {1 if cap == "profile" else 3})' in out
     spans = _job_spans(workdir)
+    assert all(last - first >= timedelta(seconds=SLOW_GPU_CHECK_S) for first, last in spans)
     overlaps = [a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)]
-    # The scheduler's own account: how many jobs it started at once. (The jobs fail within
-    # milliseconds at the driver check, too fast to show overlap in their logs.)
+    # The scheduler's own account: how many jobs it started at once.
     batches = [int(n) for n in re.findall(r"^Execute (\d+) jobs\.\.\.$", out, re.MULTILINE)]
     if cap == "profile":
         assert not any(overlaps), spans
         assert batches and max(batches) == 1, batches
     else:
+        assert all(overlaps), spans  # started together, they run together
         assert max(batches) == len(GPU_TARGETS), batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 from pathlib import Path
 
@@ -109,7 +110,7 @@ BAD_CONFIGS = [
 )
 def test_invalid_config_is_rejected_naming_key_and_value(key, value, words):
     cfg = _set(copy.deepcopy(DEFAULT), key, value)
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(KbfuseError, match=re.escape(words[0])) as err:
         validate_schema(cfg)
         check_config(cfg, KERNELS)
     message = str(err.value)
@@ -175,7 +176,7 @@ def test_bad_kernel_source_is_named_before_any_job(tmp_path, source, words):
     (kernels / "bad.cu").write_text(source)
     cfg = copy.deepcopy(DEFAULT)
     cfg["variants"]["bad"] = {"route": "nvrtc-cubin", "kernel": "bad", "options": NRTC}
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(KbfuseError, match=re.escape(words[0])) as err:
         check_config(cfg, kernels)
     for word in words:
         assert word in str(err.value)

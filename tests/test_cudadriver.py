@@ -136,7 +136,7 @@ def test_missing_library_names_it_and_says_what_to_set(monkeypatch):
     use(monkeypatch, MISSING)
     with pytest.raises(cudadriver.NoCudaDriver, match=r"libcuda\.so\.1 .* cannot be loaded"):
         cudadriver.compute_capability()
-    with pytest.raises(cudadriver.NoCudaDriver):
+    with pytest.raises(cudadriver.NoCudaDriver, match=r"libcuda\.so\.1 .* cannot be loaded"):
         cudadriver.device_count()
     with pytest.raises(KbfuseError, match=r"arch: auto needs a GPU.*libcuda\.so\.1.*" + ADVICE):
         gpu_arch()

@@ -14,7 +14,7 @@ def test_no_driver_is_named_with_the_advice(monkeypatch):
         raise cudadriver.NoCudaDriver("the CUDA driver library libcuda.so.1 cannot be loaded")
 
     monkeypatch.setattr(cudadriver, "device_count", no_driver)
-    with pytest.raises(jobs.NoGPUError) as info:
+    with pytest.raises(jobs.NoGPUError, match="the CUDA driver sees none") as info:
         jobs.require_gpu("compile", torch=False)
     message = str(info.value)
     assert "stage 'compile' needs a CUDA GPU, but the CUDA driver sees none" in message
@@ -32,7 +32,7 @@ def test_a_driver_only_stage_never_imports_torch(monkeypatch):
     monkeypatch.setattr(cudadriver, "device_count", lambda: 1)
     monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would now fail
     jobs.require_gpu("compile", torch=False)
-    with pytest.raises(ImportError):
+    with pytest.raises(ImportError, match="torch"):
         jobs.require_gpu("correctness", torch=True)
 
 

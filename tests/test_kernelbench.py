@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from kbfuse import kernelbench
 from kbfuse.errors import KbfuseError
 from kbfuse.kernelbench import build_model, load_task, pin_kernelbench, read_pin
 
-REAL_MIRROR = Path("/work/.mirror/ScalingIntelligence+KernelBench/repo")
+# A local clone or mirror of the real KernelBench: KBFUSE_KERNELBENCH_MIRROR, else the fixture
+# repository stands in (same task names, small shapes).
+MIRROR_VARIABLE = "KBFUSE_KERNELBENCH_MIRROR"
 REAL_COMMIT = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
 REAL_NAMES = {
     53: "53_Gemm_Scaling_Hardtanh_GELU",
@@ -271,7 +274,7 @@ def test_pin_rejects_bad_level_or_tasks(tmp_path, kbrepo, level, tasks, message)
 def test_failed_pin_removes_earlier_pin(tmp_path, kbrepo):
     url, commit, _ = kbrepo
     pin_into(tmp_path, url, commit)
-    with pytest.raises(KbfuseError):
+    with pytest.raises(KbfuseError, match="task 99: no file matches"):
         pin_into(tmp_path, url, commit, tasks=[99])
     assert_nothing_left(tmp_path)
 
@@ -422,23 +425,42 @@ def test_build_model_matches_kernelbench_ops(pinned):
 # --------------------------------------------------------------------------- real mirror
 
 
-@pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="KernelBench mirror not present")
-def test_pin_real_kernelbench_mirror(tmp_path):
-    pin = pin_into(tmp_path, str(REAL_MIRROR), REAL_COMMIT)
-    assert pin["head"] == REAL_COMMIT
+@pytest.fixture
+def mirror(kb_repo) -> tuple[str, str, bool]:
+    """(url, commit, real): the mirror in $KBFUSE_KERNELBENCH_MIRROR at the study's pin, or
+    the session's fixture repository (kb_repo) at its pinned commit."""
+    url = os.environ.get(MIRROR_VARIABLE)
+    if url:
+        return url, REAL_COMMIT, True
+    return *kb_repo, False
+
+
+def test_pin_real_kernelbench_mirror(tmp_path, mirror):
+    url, commit, real = mirror
+    pin = pin_into(tmp_path, url, commit)
+    assert pin["head"] == commit
     for task, name in REAL_NAMES.items():
         record = pin["tasks"][str(task)]
         assert record["name"] == name
         assert record["path"] == f"KernelBench/level2/{name}.py"
         blob = subprocess.run(
-            ["git", "-C", str(REAL_MIRROR), "show", f"{REAL_COMMIT}:{record['path']}"],
+            ["git", "-C", url, "show", f"{commit}:{record['path']}"],
             capture_output=True,
             check=True,
         ).stdout
         assert record["sha256"] == hashlib.sha256(blob).hexdigest()
     checkout = tmp_path / "checkout"
+    batch, in_features, out_features = (
+        (2048, 8192, 8192) if real else (BATCH, IN_FEATURES, OUT_FEATURES)
+    )
     spec53 = load_task(checkout, pin, 53)
-    assert spec53.input_shape() == (2048, 8192)
-    assert spec53.init_inputs() == [8192, 8192, 0.5, -2, 2]
-    assert load_task(checkout, pin, 81).input_shape() == (1024, 8192)
-    assert load_task(checkout, pin, 95).init_inputs() == [8192, 8192, (8192,)]
+    assert spec53.input_shape() == (batch, in_features)
+    assert spec53.init_inputs() == [in_features, out_features, 0.5, -2, 2]
+    assert load_task(checkout, pin, 81).input_shape() == (
+        (1024, 8192) if real else (BATCH, IN_FEATURES)
+    )
+    assert load_task(checkout, pin, 95).init_inputs() == [
+        in_features,
+        out_features,
+        (out_features,),
+    ]

@@ -143,7 +143,7 @@ def test_compiler_messages_name_the_file_and_line_of_the_error(tmp_path):
     write(tmp_path / "ops.cuh", "#pragma once\n\n__device__ float f(float x) { return y; }\n")
     source = PER_ELEMENT + '#include "ops.cuh"\n\n__global__ void g() { z; }\n'
     cu = write(tmp_path / "k.cu", source)
-    with pytest.raises(KbfuseError) as info:
+    with pytest.raises(KbfuseError, match='identifier "y" is undefined') as info:
         nvrtc.compile_program(kernelsrc.load(cu).text, ["--std=c++11"], "k.cu")
     log = str(info.value)
     assert 'ops.cuh(3): error: identifier "y" is undefined' in log

@@ -154,7 +154,7 @@ def test_summary_refuses_a_correctness_file_with_a_foreign_artifact(tmp_path, re
     write_json(root / rel, data)
     variant = Path(rel).stem
     assert recorded == read_json(root / f"compile/{variant}/meta.json")["artifact_sha256"]
-    with pytest.raises(KbfuseError) as info:
+    with pytest.raises(KbfuseError, match="provenance.artifact_sha256") as info:
         build_tables(root, CONFIG)
     message = str(info.value)
     assert str(root / rel) in message

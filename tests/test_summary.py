@@ -12,6 +12,7 @@ import copy
 import functools
 import json
 import random
+import re
 import statistics
 from pathlib import Path
 
@@ -835,7 +836,7 @@ def _edit(path: Path, edit) -> None:
 def test_tampered_provenance_is_refused(study, rel, edit, field):
     root, config = study
     _edit(root / rel, edit)
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(KbfuseError, match=re.escape(field)) as err:
         summary.build_tables(root, config)
     assert rel in str(err.value) and field in str(err.value)
 

@@ -115,12 +115,23 @@ def _float32_value(t: torch.Tensor) -> float:
 
 def measure_witness(mod: LoadedModule) -> tuple[dict, bool]:
     """(witness record, effective FTZ): witness_mul at x = 1e-10, s = 1e-30, output NaN-poisoned."""
+    return witness_record(witness_output(mod), mod.variant)
+
+
+def witness_output(mod: LoadedModule) -> float:
+    """What `mod`'s witness_mul returns on the device for x = 1e-10, s = 1e-30 (the only part
+    of the witness that needs a GPU; CPU tests stand in for it with a fake device)."""
     device = torch.device("cuda", mod.device)
     x = torch.full((1,), WITNESS_INPUT, dtype=torch.float32, device=device)
     out = torch.full_like(x, math.nan)
     run_witness(mod, x, WITNESS_SCALE, out=out)
     torch.cuda.synchronize(device)
-    output = _float32_value(out)
+    return _float32_value(out)
+
+
+def witness_record(output: float, variant: str) -> tuple[dict, bool]:
+    """(witness record, effective FTZ) of the device's witness output: zero means flushed, the
+    float32 product computed on the host means kept; anything else is a KbfuseError."""
     # numpy float32 arithmetic on the host keeps subnormals (no FTZ on the CPU)
     product = float(np.float32(WITNESS_INPUT) * np.float32(WITNESS_SCALE))
     if product == 0.0 or abs(product) >= float(np.finfo(np.float32).tiny):
@@ -130,7 +141,7 @@ def measure_witness(mod: LoadedModule) -> tuple[dict, bool]:
     kept = output_bits == product_bits
     if not (flushed or kept):
         raise KbfuseError(
-            f"variant {mod.variant!r}: witness_mul({WITNESS_INPUT}, {WITNESS_SCALE}) gave "
+            f"variant {variant!r}: witness_mul({WITNESS_INPUT}, {WITNESS_SCALE}) gave "
             f"{output!r} ({output_bits}), neither zero (FTZ) nor the float32 product "
             f"{product!r} ({product_bits}); the kernel did not run as compiled"
         )

@@ -1,0 +1,79 @@
+"""kbfuse.deps: the module closure follows real imports, every form of them, and no others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbfuse import deps
+
+MODULES = {
+    "top": "import kbfuse.alpha\nfrom kbfuse import beta\nfrom kbfuse.gamma import thing\n",
+    "alpha": "from . import delta\nimport os\n",
+    "beta": "from .epsilon import value\nimport numpy as np\n",
+    "gamma": "thing = 1\n",
+    "delta": "def f():\n    from kbfuse import zeta  # an import inside a function counts\n",
+    "epsilon": "value = 2\nfrom kbfuse.top import nothing  # a cycle back to the start\n",
+    "zeta": "import kbfuse\n",  # the package alone names no module
+    "unused": "import kbfuse.top\n",  # imports top, but nothing imports it
+    "names": "from kbfuse.gamma import missing_name\nfrom kbfuse import not_a_module\n",
+}
+
+
+@pytest.fixture
+def src(tmp_path) -> Path:
+    for name, text in MODULES.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    return tmp_path
+
+
+def test_closure_follows_every_import_form(src):
+    assert deps.module_closure("top", src) == (
+        "alpha",
+        "beta",
+        "delta",
+        "epsilon",
+        "gamma",
+        "top",
+        "zeta",
+    )
+
+
+def test_closure_of_a_leaf_is_itself(src):
+    assert deps.module_closure("gamma", src) == ("gamma",)
+    assert deps.module_closure("zeta", src) == ("zeta",)
+
+
+def test_a_name_imported_from_a_module_is_not_a_module(src):
+    assert deps.module_closure("names", src) == ("gamma", "names")
+
+
+def test_imported_modules_of_one_file(src):
+    assert deps._imported_modules(src / "top.py") == {"alpha", "beta", "gamma"}
+    assert deps._imported_modules(src / "alpha.py") == {"delta"}
+    assert deps._imported_modules(src / "beta.py") == {"epsilon"}
+    assert deps._imported_modules(src / "zeta.py") == set()
+    assert deps._imported_modules(src / "names.py") == {"gamma", "not_a_module"}
+
+
+def test_an_unknown_module_is_refused(src):
+    with pytest.raises(FileNotFoundError, match="no kbfuse module 'absent' at .*absent.py"):
+        deps.module_closure("absent", src)
+
+
+def test_the_real_verify_closure_follows_its_imports():
+    closure = deps.module_closure("verify")
+    assert {"verify", "cudacache", "errors", "io", "kernelbench", "launch", "numerics"} <= set(
+        closure
+    )
+    assert {"routes", "tails"} <= set(closure)
+    assert "summary" not in closure and "timing" not in closure
+    assert list(closure) == sorted(closure)
+
+
+def test_module_files_are_the_union_of_closures_as_workflow_paths():
+    names = sorted(set(deps.module_closure("errors")) | set(deps.module_closure("io")))
+    assert len(names) > len(deps.module_closure("io"))  # errors adds a module of its own
+    assert deps.module_files("errors", "io") == [f"src/kbfuse/{name}.py" for name in names]
+    assert deps.module_files("errors", root="x") == ["x/errors.py"]

@@ -1,0 +1,128 @@
+"""Tests that can fail: every `pytest.raises` names its message, and no skip is silent.
+
+A bare `pytest.raises(KbfuseError)` passes on any error of that type, including one raised
+for a reason the test did not mean; `match=` pins the message. The lead's files
+(test_timing_stats.py, test_exhaustive.py, test_gpu_*.py) are checked in their own review.
+Skips are counted: with KBFUSE_CHECK_SKIPS=1 a session whose skipped tests differ from
+tests/expected_skips.txt fails (conftest.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import read_expected_skips, skip_problems
+
+TESTS = Path(__file__).resolve().parent
+EXEMPT = ("test_timing_stats.py", "test_exhaustive.py", "test_gpu_*.py")
+
+
+def _checked_files() -> list[Path]:
+    files = sorted(TESTS.glob("*.py"))
+    return [f for f in files if not any(f.match(pattern) for pattern in EXEMPT)]
+
+
+def _is_pytest_raises(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "raises"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "pytest"
+    )
+
+
+def raises_without_match(path: Path) -> list[str]:
+    """'file:line' of every pytest.raises(...) call in `path` without a match= keyword."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        f"{path.name}:{node.lineno}"
+        for node in ast.walk(tree)
+        if _is_pytest_raises(node) and not any(k.arg == "match" for k in node.keywords)
+    ]
+
+
+def test_the_checker_finds_a_bare_raises(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "import pytest\n"
+        "def test_a():\n"
+        "    with pytest.raises(ValueError):\n"
+        "        pass\n"
+        "    with pytest.raises(ValueError, match='x'):\n"
+        "        pass\n"
+    )
+    assert raises_without_match(sample) == ["test_sample.py:3"]
+
+
+def test_every_pytest_raises_names_its_message():
+    files = _checked_files()
+    assert len(files) > 30  # the checker sees the suite, not an empty folder
+    bare = [hit for path in files for hit in raises_without_match(path)]
+    assert bare == []
+
+
+def test_skip_problems_name_both_directions():
+    assert skip_problems({"a", "b"}, {"b", "a"}) == []
+    assert skip_problems({"a"}, {"b"}) == [
+        "1 tests skipped, 1 expected (expected_skips.txt)",
+        "skipped, not expected: b",
+        "expected to skip, did not: a",
+    ]
+
+
+def test_expected_skips_name_collected_tests():
+    expected = read_expected_skips()
+    for nodeid in expected:
+        path, _, name = nodeid.partition("::")
+        assert (TESTS.parent / path).is_file() and name, nodeid
+    assert expected == set()  # CI runs every CPU test (see the file's comment)
+
+
+_SAMPLE = """
+import pytest
+
+def test_runs():
+    assert True
+
+@pytest.mark.skipif(True, reason="a condition this machine meets")
+def test_skipped():
+    assert False
+"""
+
+
+def _run_sample(tmp_path: Path, expected: str, check: str) -> subprocess.CompletedProcess:
+    for name in ("conftest.py", "kbrepo.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    (tmp_path / "test_sample.py").write_text(_SAMPLE)
+    (tmp_path / "expected_skips.txt").write_text(expected)
+    env = {**os.environ, "KBFUSE_CHECK_SKIPS": check}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", "."],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_unexpected_skip_fails_the_session(tmp_path):
+    proc = _run_sample(tmp_path, "# nothing expected\n", check="1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 passed, 1 skipped" in proc.stdout
+    assert "skip count check failed:" in proc.stdout
+    assert "skipped, not expected: test_sample.py::test_skipped" in proc.stdout
+
+
+def test_an_expected_skip_passes_and_the_check_is_off_by_default(tmp_path):
+    listed = _run_sample(tmp_path, "test_sample.py::test_skipped  # by design\n", check="1")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    unlisted = _run_sample(tmp_path, "", check="0")
+    assert unlisted.returncode == 0, unlisted.stdout + unlisted.stderr
+    assert "skip count check" not in unlisted.stdout

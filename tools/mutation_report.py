@@ -1,0 +1,272 @@
+"""Write docs/mutation.md from mutmut's results (called by tools/mutation.sh).
+
+    python tools/mutation_report.py --names MODULE...   # the mutant globs mutation.sh runs
+    python tools/mutation_report.py MODULE...           # rewrite docs/mutation.md
+
+The score of a module is killed / scored mutants. Scored: every mutant of the module's
+functions, except timing's functions other than its gate and statistics (the rest of
+timing.py drives the GPU) and the few functions of verify.py that only run on a GPU
+(GPU_ONLY); those are counted apart, never silently dropped. Every survivor must be listed
+in tools/mutation_equivalent.toml with the reason it is equivalent (the program behaves the
+same), or it is printed as unexplained and the command exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import subprocess
+import sys
+import tomllib
+from collections import Counter
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "mutation.md"
+EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
+MODULES = (
+    "numerics",
+    "timing",
+    "verify",
+    "routes",
+    "manifest",
+    "bundle",
+    "config",
+    "deps",
+    "cudacache",
+)
+# timing.py: only the gate and the statistics are scored.
+TIMING_FUNCTIONS = (
+    "gate",
+    "_gate_one",
+    "stats",
+    "_checked_samples",
+    "paired_ratios",
+    "round_orders",
+)
+# Functions that launch kernels or build the model on the GPU: no CPU test can run them.
+GPU_ONLY = (
+    "verify.witness_output",
+    "verify._float32_value",
+    "verify.Task81Witness.*",
+    "verify.measure_task81",
+)
+GOAL = 0.90
+NOT_KILLED = ("survived", "no tests", "timeout", "suspicious")
+_NAME = re.compile(r"^kbfuse\.(\w+)\.(.+)__mutmut_(\d+)$")
+
+
+def mutant_globs(modules) -> list[str]:
+    """The mutant names (fnmatch globs) `mutmut run` is given for `modules`."""
+    globs = []
+    for module in modules:
+        if module == "timing":
+            globs += [f"kbfuse.timing.x_{fn}__mutmut_*" for fn in TIMING_FUNCTIONS]
+        else:
+            globs.append(f"kbfuse.{module}.*")
+    return globs
+
+
+def function_of(name: str) -> tuple[str, str]:
+    """(module, function) of a mutant name: 'kbfuse.verify.xǁTask81Witnessǁmeasure__mutmut_3'
+    is ('verify', 'Task81Witness.measure')."""
+    match = _NAME.match(name)
+    if match is None:
+        raise ValueError(f"not a mutmut mutant name: {name!r}")
+    module, mangled = match.group(1), match.group(2)
+    if mangled.startswith("xǁ"):
+        return module, ".".join(mangled[2:].split("ǁ"))
+    return module, mangled.removeprefix("x_")
+
+
+def scored(module: str, function: str) -> bool:
+    if module == "timing":
+        return function in TIMING_FUNCTIONS
+    return True
+
+
+def gpu_only(module: str, function: str) -> bool:
+    return any(fnmatchcase(f"{module}.{function}", pattern) for pattern in GPU_ONLY)
+
+
+def mutmut_results() -> dict[str, str]:
+    """Mutant name -> mutmut's status ('killed', 'survived', 'no tests', ...)."""
+    out = subprocess.run(
+        ["mutmut", "results", "--all", "true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    results = {}
+    for line in out.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and _NAME.match(name):
+            results[name] = status
+    return results
+
+
+def mutant_diff(name: str) -> list[str]:
+    """The changed lines of a mutant, from `mutmut show`."""
+    out = subprocess.run(
+        ["mutmut", "show", name], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line
+        for line in out.splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def equivalent_reasons() -> dict[str, str]:
+    """Mutant name -> why it is equivalent, from tools/mutation_equivalent.toml."""
+    data = tomllib.loads(EQUIVALENT.read_text())
+    reasons = {}
+    for entry in data.get("equivalent", []):
+        for name in entry["mutants"]:
+            reasons[name] = entry["why"]
+    return reasons
+
+
+def tally(results: dict[str, str], modules) -> dict[str, Counter]:
+    counts: dict[str, Counter] = {module: Counter() for module in modules}
+    for name, status in results.items():
+        module, function = function_of(name)
+        if module not in counts or not scored(module, function):
+            continue
+        if gpu_only(module, function):
+            counts[module]["gpu-only"] += 1
+        elif status == "not checked":
+            counts[module]["not run"] += 1
+        else:
+            counts[module]["scored"] += 1
+            counts[module][status] += 1
+    return counts
+
+
+def score_table(counts: dict[str, Counter]) -> list[str]:
+    head = (
+        "| module | scored | killed | survived | no CPU test | timeout | score | GPU-only "
+        "| not run |"
+    )
+    lines = [head, "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    total = Counter()
+    for module, c in counts.items():
+        total.update(c)
+        lines.append(_row(module, c))
+    lines.append(_row("**all**", total))
+    return lines
+
+
+def _row(label: str, c: Counter) -> str:
+    score = f"{c['killed'] / c['scored']:.1%}" if c["scored"] else "—"
+    return (
+        f"| {label} | {c['scored']} | {c['killed']} | {c['survived']} | {c['no tests']} | "
+        f"{c['timeout']} | {score} | {c['gpu-only']} | {c['not run']} |"
+    )
+
+
+def survivors(results: dict[str, str], modules) -> list[str]:
+    names = []
+    for name, status in sorted(results.items(), key=lambda kv: _sort_key(kv[0])):
+        module, function = function_of(name)
+        counted = module in modules and scored(module, function)
+        if counted and not gpu_only(module, function) and status in NOT_KILLED:
+            names.append(name)
+    return names
+
+
+def _sort_key(name: str) -> tuple[str, str, int]:
+    module, function = function_of(name)
+    return module, function, int(name.rsplit("_", 1)[1])
+
+
+def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
+    total = Counter()
+    for c in counts.values():
+        total.update(c)
+    score = total["killed"] / total["scored"] if total["scored"] else 0.0
+    version = subprocess.run(
+        ["mutmut", "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    lines = [
+        "# Mutation testing",
+        "",
+        "Small bugs are planted in the modules that decide the study's results, one at a time,",
+        "and the fast CPU tests of those modules must notice each one (a test fails: the mutant",
+        "is *killed*). A mutant that survives is either a missing test or *equivalent*: the",
+        "program behaves the same, and the reason is written down below.",
+        "",
+        "```bash",
+        "bash tools/mutation.sh                 # every scored module",
+        "bash tools/mutation.sh deps cudacache  # some of them",
+        "```",
+        "",
+        "The tool is [mutmut](https://github.com/boxed/mutmut), configured under `[tool.mutmut]`",
+        "in pyproject.toml: the modules it mutates and the test files it runs (the fast CPU",
+        "tests of those modules; tests that start Snakemake are left out). `tools/mutation.sh`",
+        "runs it in `./mutants` (git-ignored) and rewrites this page with",
+        "`tools/mutation_report.py`, which exits 1 while a survivor is unexplained. Equivalent",
+        "mutants and their reasons are listed in `tools/mutation_equivalent.toml`.",
+        "",
+        "Scored: every function of the modules below, except in `timing` only the gate and the",
+        f"statistics ({', '.join(f'`{f}`' for f in TIMING_FUNCTIONS)}; the rest drives the GPU).",
+        "*GPU-only* mutants are in functions that launch kernels on the device "
+        f"({', '.join(f'`{g}`' for g in GPU_ONLY)}); no CPU test can reach them, the GPU tests",
+        "do, and they are counted apart. *No CPU test*: no selected test runs the function.",
+        "*Not run*: mutants of a scored function that this run did not reach (0 after a full run).",
+        "mutmut keeps its verdicts in `./mutants`: after tests are added, `mutmut run NAME...`",
+        "with the survivors' names rechecks just those, and `python tools/mutation_report.py`",
+        "rewrites this page (this one: a full run, then such reruns after each batch of tests).",
+        "",
+        f"## Score: {score:.1%} killed (goal {GOAL:.0%})",
+        "",
+        f"Run {datetime.date.today().isoformat()} with {version}, modules: {' '.join(modules)}.",
+        "",
+        *score_table(counts),
+        "",
+        "## Survivors",
+        "",
+    ]
+    unexplained = []
+    names = survivors(results, modules)
+    if not names:
+        lines.append("None.")
+    for name in names:
+        reason = reasons.get(name)
+        if reason is None:
+            unexplained.append(name)
+            reason = "**unexplained**"
+        reason = " ".join(reason.split())  # one markdown list item
+        diff = "; ".join(f"`{d.strip()}`" for d in mutant_diff(name))
+        lines.append(f"- `{name}` ({results[name]}): {diff}. {reason}")
+    lines.append("")
+    return "\n".join(lines), unexplained
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", default=list(MODULES))
+    parser.add_argument("--names", action="store_true", help="print the mutant globs and stop")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        print(f"unknown module(s) {unknown}; scored modules: {list(MODULES)}", file=sys.stderr)
+        return 2
+    if args.names:
+        print("\n".join(mutant_globs(args.modules)))
+        return 0
+    results = mutmut_results()
+    counts = tally(results, args.modules)
+    text, unexplained = render(args.modules, counts, results, equivalent_reasons())
+    DOC.write_text(text)
+    print(f"wrote {DOC.relative_to(ROOT)}")
+    for name in unexplained:
+        print(f"unexplained survivor: {name}", file=sys.stderr)
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

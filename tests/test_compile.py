@@ -228,23 +228,87 @@ def test_nvrtc_last_ftz_wins_with_a_warning():
     assert disasm.count_ptx_ftz(kept.ptx) == 0
 
 
+_SPELLINGS_IN_CHILD = """
+import json, sys
+from pathlib import Path
+from kbfuse import nvrtc, routes
+from kbfuse.errors import KbfuseError
+
+samples = {"flag": None, "bool": "true", "int": "2", "value": "X"}
+skip = {"gpu-architecture", "device-float128"}  # owned by the route / needs sm_100
+files = {"time", "fdevice-time-trace", "create-pch", "use-pch", "pch-dir"}  # read/write files
+source = Path(sys.argv[1]).read_text()
+unknown, tried = [], 0
+for spec in routes.OPTIONS.values():
+    if spec.name in skip | files:
+        continue
+    value = spec.choices[-1] if spec.kind == "choice" else samples[spec.kind]
+    for spelling in {f"--{spec.name}", f"-{spec.short}" if spec.short else f"-{spec.name}"}:
+        option = spelling if value is None else f"{spelling}={value}"
+        tried += 1
+        try:
+            nvrtc.compile_program(source, ["-arch=compute_90", option])
+        except KbfuseError as exc:
+            if "unrecognized option" in str(exc):
+                unknown.append(option)
+print(json.dumps({"tried": tried, "unknown": unknown}))
+"""
+
+
 def test_every_option_spelling_is_known_to_nvrtc():
-    samples = {"flag": None, "bool": "true", "int": "2", "value": "X"}
-    skip = {"gpu-architecture", "device-float128"}  # owned by the route / needs sm_100
-    source = MUL_ADD.read_text()
-    for spec in routes.OPTIONS.values():
-        if spec.name in skip:
-            continue
-        value = spec.choices[-1] if spec.kind == "choice" else samples[spec.kind]
-        if spec.name in ("time", "fdevice-time-trace", "create-pch", "use-pch", "pch-dir"):
-            continue  # accepted spellings, but they read or write files
-        spellings = {f"--{spec.name}", f"-{spec.short}" if spec.short else f"-{spec.name}"}
-        for spelling in spellings:
-            option = spelling if value is None else f"{spelling}={value}"
-            try:
-                nvrtc.compile_program(source, ["-arch=compute_90", option])
-            except KbfuseError as exc:
-                assert "unrecognized option" not in str(exc), option
+    """In a child process: NVRTC keeps some options (--restrict) from one program to the next
+    in a process (test_nvrtc_keeps_restrict_across_programs), which would change the cubins
+    of every later test in this one."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SPELLINGS_IN_CHILD, str(MUL_ADD)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(proc.stdout)
+    assert result["unknown"] == []
+    assert result["tried"] > 40
+
+
+_RESTRICT_PROBE = """
+import hashlib, json, sys
+from pathlib import Path
+from kbfuse import kernelsrc, nvrtc
+
+version = sys.argv[2] or None
+source = kernelsrc.load(Path(sys.argv[1])).text
+options = ["--std=c++11", "--fmad=false", "--ftz=false", "-arch=sm_90"]
+probe = 'extern "C" __global__ void k(float* x) { x[0] *= 2.f; }'
+
+def cubin():
+    blob = nvrtc.compile_program(source, options, "naive.cu", version).cubin
+    return hashlib.sha256(blob).hexdigest()
+
+before = cubin()
+nvrtc.compile_program(probe, ["-arch=compute_90", "--restrict"], "probe.cu", version)
+print(json.dumps({"before": before, "after": cubin()}))
+"""
+
+
+@pytest.mark.parametrize("version", ["", "12.9"])
+def test_nvrtc_keeps_restrict_across_programs(version):
+    """A finding, kept as a test so that it is noticed when NVIDIA changes it: after one
+    program is compiled with --restrict, NVRTC (13.0.88 and 12.9.86) compiles the *next*
+    program, given without it, as if it had been. One process compiles one variant in the
+    workflow (each compile job is its own process), so no variant inherits another's options."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _RESTRICT_PROBE, str(ROOT / "kernels" / "naive.cu"), version],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(proc.stdout)
+    reference = read_json(ROOT / "results/reference/h200/compile/nvrtc-cubin-noftz/meta.json")
+    if not version:
+        assert result["before"] == reference["artifact_sha256"]
+    assert result["after"] != result["before"]
 
 
 # --- disassembly counts ---------------------------------------------------------------------

@@ -751,6 +751,6 @@ def test_isolation_defeats_a_poisoned_compute_cache(tmp_path):
     clean = _cubin_in_child(isolated, "false", tmp_path / "isolated-ftz-false.cubin")
     assert disasm.count_sass_ftz(clean) == 0
     # what the shared cache serves now is recorded in the test log, not asserted: it depends
-    # on the driver (DESIGN.md: with driver 580 it was the stale flushing cubin)
+    # on the driver (with driver 580 it was the stale flushing cubin)
     served = _cubin_in_child(shared, "false", tmp_path / "shared-ftz-false.cubin")
     print("shared cache served", "the stale FTZ cubin" if served == poisoned else "a fresh cubin")

@@ -27,7 +27,7 @@ from kbfuse.numerics import (
 TOLERANCES = [(1e-4, 1e-4), (0.0, 0.0), (0.0, 1e-4), (1e-4, 0.0), (1e-5, 1e-3), (1e-2, 2.0)]
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1.1754942e-38, 3.4e38, -3.4e38]
 
-# DESIGN.md: task 81 at input -88, PyTorch vs a kernel that flushes the subnormal sigmoid.
+# The study's witness: task 81 at input -88, PyTorch vs a kernel that flushes the subnormal sigmoid.
 TASK81_EAGER = -2.6640246534862188e-37
 
 

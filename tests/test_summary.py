@@ -182,7 +182,7 @@ CACHE = {
     "CUPY_CACHE_IN_MEMORY": "1",
     "isolated": True,
 }
-SUBNORMAL_81 = -2.6640246534862188e-37  # eager task 81 at -88 (DESIGN.md)
+SUBNORMAL_81 = -2.6640246534862188e-37  # eager task 81 at -88 (the study's witness)
 
 
 @functools.cache

@@ -268,6 +268,7 @@ def measure(
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise KbfuseError(f"repeats is {repeats!r}: it must be an integer >= 1")
     selected = check_phases(phases)
+    given = os.fspath(checkout)  # recorded as given: a path of this machine is not a result
     checkout = Path(checkout).resolve()
     record = read_pin(pin)
     if str(int(task)) not in record["tasks"]:
@@ -349,7 +350,7 @@ def measure(
         "gpu": bool(gpu),
         "python": sys.version.split()[0],
         "executable": sys.executable,
-        "checkout": str(checkout),
+        "checkout": given,
         "pin": str(pin),
         "phases": rows,
         "children": {c: _summary(w) for c, w in walls.items()},

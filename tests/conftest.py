@@ -52,6 +52,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
+    _skip_nvcc_tests_without_nvcc(items)
 
 
 @pytest.fixture(scope="session")
@@ -192,7 +193,7 @@ def skip_problems(expected: set[str], skipped: set[str]) -> list[str]:
     return problems
 
 
-def pytest_collection_modifyitems(config, items):
+def _skip_nvcc_tests_without_nvcc(items) -> None:
     nvcc_tests = [item for item in items if item.get_closest_marker("nvcc")]
     if not nvcc_tests:
         return

@@ -54,7 +54,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_version(capsys):
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(SystemExit, match=r"^0$") as exit_:  # argparse exits 0 after --version
         cli.main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"kbfuse {__version__}\n"
@@ -62,7 +62,7 @@ def test_version(capsys):
 
 def test_bad_arguments_exit_2(capsys):
     for argv in (["no-such-command"], ["compare", "a.tar.gz"], []):
-        with pytest.raises(SystemExit) as exit_:
+        with pytest.raises(SystemExit, match=rf"^{cli.EXIT_CANNOT_RUN}$") as exit_:
             cli.main(argv)
         assert exit_.value.code == cli.EXIT_CANNOT_RUN
     assert "usage: kbfuse" in capsys.readouterr().err

@@ -3,8 +3,9 @@
 Three behaviours only GPU tests used to exercise, here with honest stand-ins:
 
 - `timing.gate` refuses a record marked failed even when it lists no failing check;
-- `timing.run_timing` hands only gated variants to `launch.LoadedModule.load` (a spy records
-  every load; the model, inputs and measurement are fakes, the gate and the files are real);
+- `timing.run_timing` hands only gated variants to `launch.LoadedModule.load` and only gated
+  baselines to the measurement (a spy records every load and what is measured; the model,
+  inputs and measurement are fakes, the gate and the record files are real);
 - `correctness.check_case` gates on the official predicate, `allclose(reference, candidate)`
   (the candidate scales the relative term), not the historical one: the pairs below are
   close under one predicate and not under the other.
@@ -88,8 +89,8 @@ def timing_fakes(tmp_path, monkeypatch):
         loaded.append(meta["variant"])
         return SimpleNamespace(variant=meta["variant"], artifact=Path(artifact))
 
-    def fake_measure(model, x, tail, baseline_names, modules, protocol, say):
-        timed.append(list(modules))
+    def fake_measure(model, x, tail, baseline_names, modules, protocol, say, labels=()):
+        timed.append([*baseline_names, *modules])
         return {"measurements": {}, "ratios": {}, "tail_bytes": 0}
 
     spec = SimpleNamespace(pin_commit="c" * 40, sha256="d" * 64, input_shape=lambda: (2, 4))
@@ -103,6 +104,17 @@ def timing_fakes(tmp_path, monkeypatch):
     monkeypatch.setattr(tails, "tail_for", lambda task: SimpleNamespace(linear=lambda m: m))
     monkeypatch.setattr(baselines, "set_numerics", lambda: {})
     return tmp_path, loaded, timed
+
+
+def _baselines_record(root: Path, outcomes: dict) -> Path:
+    """The task's baselines correctness record for baselines -> (passed, failing)."""
+    results = {
+        name: {"passed": passed, "failing_checks": list(failing)}
+        for name, (passed, failing) in outcomes.items()
+    }
+    record = {"kind": "correctness_baselines", "task": 81, "implementations": results}
+    write_json(root / "correctness" / "baselines.json", record)
+    return root / "correctness" / "baselines.json"
 
 
 def _study(root: Path, outcomes: dict) -> tuple[dict, dict]:
@@ -132,14 +144,29 @@ def test_timing_loads_only_the_variants_that_passed_the_gate(timing_fakes):
             "good-too": (True, [], SHA),
         },
     )
+    record = _baselines_record(
+        root, {"torchscript": (True, []), "inductor": (False, ["seed0/normal"])}
+    )
     out = root / "timing.json"
+    names = ["eager", "torchscript", "inductor"]
     result = timing.run_timing(
-        81, variants, correctness, root, root / "pin.json", ["eager"], PROTOCOL, out
+        81, variants, correctness, record, root, root / "pin.json", names, PROTOCOL, out
     )
     assert loaded == ["good", "good-too"]
-    assert timed == [["good", "good-too"]]
-    assert result["timed"] == ["eager", "good", "good-too"]
-    assert sorted(result["skipped"]) == ["failed", "failed-silently", "stale", "unchecked"]
+    assert timed == [["eager", "torchscript", "good", "good-too"]]
+    assert result["timed"] == ["eager", "torchscript", "good", "good-too"]
+    assert sorted(result["skipped"]) == [
+        "failed",
+        "failed-silently",
+        "inductor",
+        "stale",
+        "unchecked",
+    ]
+    assert result["skipped"]["inductor"] == {
+        "reason": "failed correctness (official predicate): 1 failing check(s)",
+        "failing_checks": ["seed0/normal"],
+    }
+    assert result["skipped"]["unchecked"]["reason"] == "no correctness record"
     assert result["provenance"]["artifacts"] == {"good": SHA, "good-too": SHA}
     assert read_json(out)["timed"] == result["timed"]
 
@@ -147,10 +174,19 @@ def test_timing_loads_only_the_variants_that_passed_the_gate(timing_fakes):
 def test_timing_loads_nothing_when_no_variant_passed(timing_fakes):
     root, loaded, timed = timing_fakes
     variants, correctness = _study(root, {"failed": (False, ["tail/large"], SHA)})
+    record = root / "correctness" / "baselines.json"  # never written: eager needs none
     result = timing.run_timing(
-        81, variants, correctness, root, root / "pin.json", ["eager"], PROTOCOL, root / "t.json"
+        81,
+        variants,
+        correctness,
+        record,
+        root,
+        root / "pin.json",
+        ["eager"],
+        PROTOCOL,
+        root / "t.json",
     )
-    assert loaded == [] and timed == [[]]
+    assert loaded == [] and timed == [["eager"]]
     assert result["timed"] == ["eager"]
     assert result["skipped"]["failed"]["failing_checks"] == ["tail/large"]
 

@@ -26,13 +26,21 @@ from test_summary import make_config, write_study
 
 import kbfuse
 from kbfuse import bundle as bundle_module
-from kbfuse import cudacache, deps, routes, timing, verify
-from kbfuse.bundle import MANIFEST_MEMBER, format_report, make_bundle, pack, verify_bundle
-from kbfuse.config import check_config, load_config, validate_schema, variant_spec
+from kbfuse import cudacache, deps, measure, routes, timing, verify
+from kbfuse.bundle import (
+    MANIFEST_MEMBER,
+    RESULTS_PREFIX,
+    format_report,
+    make_bundle,
+    pack,
+    verify_bundle,
+)
+from kbfuse.config import SCHEMA, check_config, load_config, validate_schema, variant_spec
 from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json, read_json, sha256_file, write_json
+from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_json
 from kbfuse.manifest import (
     build_manifest,
+    compare_with_manifest,
     content_sha256,
     environment_of,
     is_safe_relpath,
@@ -49,6 +57,8 @@ from kbfuse.numerics import (
     summarize_cases,
 )
 from kbfuse.verify import describe_finding
+
+RESULTS = RESULTS_PREFIX
 
 # --------------------------------------------------------------------------- numerics
 
@@ -133,43 +143,43 @@ def test_a_nan_anywhere_makes_the_maximum_nan(order):
     assert math.isnan(summarize_cases(cases)["max_abs_diff"])
 
 
-# --------------------------------------------------------------------------- timing statistics
+# --------------------------------------------------------------------------- measure: statistics
 
 
 def test_round_orders_messages():
     with pytest.raises(KbfuseError, match=r"^round_orders: no implementations to order$"):
-        timing.round_orders([], 3, 0)
+        measure.round_orders([], 3, 0)
     with pytest.raises(
         KbfuseError, match=r"^round_orders: implementation names repeat: \['a', 'b', 'a'\]$"
     ):
-        timing.round_orders(["a", "b", "a"], 3, 0)
+        measure.round_orders(["a", "b", "a"], 3, 0)
     with pytest.raises(KbfuseError, match=r"^rounds is 0: it must be an integer >= 1$"):
-        timing.round_orders(["a"], 0, 0)
+        measure.round_orders(["a"], 0, 0)
 
 
 def test_sample_checks_name_the_caller_and_the_samples():
     with pytest.raises(KbfuseError, match=r"^stats: need at least one sample, got \[\]$"):
-        timing.stats([])
+        measure.stats([])
     with pytest.raises(
         KbfuseError, match=r"^stats: samples must be finite and positive, got \[1\.0, 0\.0\]$"
     ):
-        timing.stats([1.0, 0.0])
+        measure.stats([1.0, 0.0])
     with pytest.raises(KbfuseError, match=r"^paired_ratios baseline: need at least one sample"):
-        timing.paired_ratios([], [1.0])
+        measure.paired_ratios([], [1.0])
     with pytest.raises(KbfuseError, match=r"^paired_ratios variant: samples must be finite"):
-        timing.paired_ratios([1.0], [math.inf])
+        measure.paired_ratios([1.0], [math.inf])
     with pytest.raises(
         KbfuseError,
         match=r"^paired_ratios: 2 baseline samples but 1 variant samples; ratios are paired "
         r"per round$",
     ):
-        timing.paired_ratios([1.0, 2.0], [1.0])
+        measure.paired_ratios([1.0, 2.0], [1.0])
 
 
 def test_integer_samples_of_any_size_are_taken_as_float64():
     big = 2**70
-    assert timing.stats([big, big])["median_ms"] == float(big)
-    assert timing.paired_ratios([big, big], [2**69, 2**69])["median"] == 2.0
+    assert measure.stats([big, big])["median_ms"] == float(big)
+    assert measure.paired_ratios([big, big], [2**69, 2**69])["median"] == 2.0
 
 
 # --------------------------------------------------------------------------- cudacache
@@ -318,11 +328,8 @@ def test_load_config_reads_kernels_from_kernels_by_default(tmp_path, monkeypatch
 def test_load_config_refuses_a_file_that_is_not_a_mapping(tmp_path):
     path = tmp_path / "list.yaml"
     path.write_text("- a\n- b\n")
-    with pytest.raises(
-        KbfuseError,
-        match=rf"^config file {re.escape(str(path))}: expected a "
-        "mapping, got list$",
-    ):
+    message = f"invalid config:\n  config file {path}: expected a mapping, got ['a', 'b']"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         load_config(path)
 
 
@@ -394,7 +401,7 @@ def test_the_manifest_names_a_missing_fingerprint(small_study, tmp_path):
 
 def test_make_bundle_lists_every_problem_of_an_edited_manifest(small_study, tmp_path):
     root, _, path, manifest = small_study
-    edited = {**manifest, "config": {"edited": True}}
+    edited = {**manifest, "generator": {"kbfuse": "edited"}}
     path.write_text(json.dumps(edited))  # neither canonical nor matching its content hash
     message = (
         f"refusing to bundle: {path}: bytes differ from the canonical form (edited); "
@@ -404,15 +411,19 @@ def test_make_bundle_lists_every_problem_of_an_edited_manifest(small_study, tmp_
         make_bundle(root, path, tmp_path / "b.tar.gz")
 
 
-def test_make_bundle_names_an_unsafe_path(small_study, tmp_path):
+def test_make_bundle_refuses_an_unsafe_path_by_the_manifest_schema(small_study, tmp_path):
     root, _, path, manifest = small_study
     files = {**manifest["files"], "../escape.json": manifest["files"]["timing/81.json"]}
     unsafe = {k: v for k, v in manifest.items() if k != "content_sha256"} | {"files": files}
     unsafe["content_sha256"] = content_sha256(unsafe)
     path.write_text(dumps_json(unsafe))
-    message = f"refusing to bundle: {path} lists an unsafe path '../escape.json'"
-    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+    message = (
+        f"manifest {path} does not follow the manifest record schema:\n"
+        "  field files is '../escape.json': '../escape.json' does not match "
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}"):
         make_bundle(root, path, tmp_path / "b.tar.gz")
+    assert not (tmp_path / "b.tar.gz").exists()
 
 
 # --------------------------------------------------------------------------- second run
@@ -445,23 +456,28 @@ def test_schema_errors_are_listed_by_key_in_order():
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     cfg["seeds"] = [0, -1]
     cfg["colour"] = "blue"
-    with pytest.raises(KbfuseError, match="^invalid config:\n  config key <top level>: ") as info:
+    known = ", ".join(yaml.safe_load(SCHEMA.read_text())["properties"])
+    message = (
+        f"invalid config:\n  config key colour: unknown key (known here: {known})\n"
+        "  config key seeds[1]: -1 is invalid: -1 is less than the minimum of 0"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         validate_schema(cfg)
-    lines = str(info.value).split("\n  ")
-    assert lines[0] == "invalid config:"
-    assert lines[1].startswith("config key <top level>: ")
-    assert "'colour' was unexpected" in lines[1]
-    assert lines[2].startswith("config key seeds[1]: -1 is invalid: ")
-    assert len(lines) == 3
 
 
 def test_validate_schema_takes_another_schema(tmp_path):
     schema = tmp_path / "schema.yaml"
     schema.write_text("type: object\nrequired: [x]\n")
-    message = "invalid config:\n  config key <top level>: {} is invalid: 'x' is a required property"
-    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+    with pytest.raises(
+        KbfuseError, match="^invalid config:\n  config key x: missing \\(required\\)$"
+    ):
         validate_schema({}, schema)
-    assert validate_schema({"x": 1}, schema) == {"x": 1, "kernelbench": {"level": 2}}
+    assert validate_schema({"x": 1, "variants": {"v": {}}}, schema) == {
+        "x": 1,
+        "variants": {"v": {"kernel": "naive"}},
+        "kernelbench": {"level": 2},
+        "nvrtc_versions": [],
+    }
 
 
 def test_check_config_finds_the_default_kernel_in_kernels(tmp_path, monkeypatch):
@@ -471,7 +487,7 @@ def test_check_config_finds_the_default_kernel_in_kernels(tmp_path, monkeypatch)
     monkeypatch.chdir(ROOT)
     check_config(cfg)  # kernels/naive.cu
     monkeypatch.chdir(tmp_path)
-    message = f"config key variants.{name}.kernel: None has no source kernels/naive.cu"
+    message = f"config key variants.{name}.kernel: 'naive' has no source kernels/naive.cu"
     with pytest.raises(KbfuseError, match=f"^invalid config:\n  {re.escape(message)}$"):
         check_config(cfg)
 
@@ -776,24 +792,26 @@ def test_safe_member_names_are_normalised(name, normalised):
     assert bundle_module._member_name(tarfile.TarInfo(name)) == normalised
 
 
-def test_read_members_skips_folders_and_reads_on(tmp_path):
+def test_read_bundle_skips_folders_and_reads_on(tmp_path):
     out = tmp_path / "b.tar.gz"
     with tarfile.open(out, "w:gz") as tar:
-        folder = tarfile.TarInfo("dir")
+        folder = tarfile.TarInfo(RESULTS + "dir")
         folder.type = tarfile.DIRTYPE
         tar.addfile(folder)
         data = b"{}\n"
-        info = tarfile.TarInfo("dir/a.json")
+        info = tarfile.TarInfo(RESULTS + "dir/a.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    assert bundle_module._read_members(out) == [("dir/a.json", b"{}\n")]
-    extracted = bundle_module.extract_bundle(out, tmp_path / "x")
-    assert extracted == {"members": ["dir/a.json"], "duplicates": []}
-    assert (tmp_path / "x" / "dir" / "a.json").read_bytes() == b"{}\n"
+    found = bundle_module.read_bundle(out, extract_to=tmp_path / "x")
+    assert found.records == {RESULTS + "dir/a.json": {"sha256": sha256_bytes(data), "bytes": 3}}
+    assert found.duplicates == set()
+    assert found.sha256 == sha256_file(out)
+    assert (tmp_path / "x" / RESULTS / "dir" / "a.json").read_bytes() == data
 
 
-def test_load_manifest_messages(tmp_path):
-    path = tmp_path / "m.json"
+def test_load_manifest_messages(small_study, tmp_path):
+    _, _, _, manifest = small_study
+    path = tmp_path / "bad.json"
     path.write_text("{not json")
     with pytest.raises(KbfuseError, match=rf"^manifest {re.escape(str(path))} is not valid JSON: "):
         load_manifest(path)
@@ -802,12 +820,15 @@ def test_load_manifest_messages(tmp_path):
         KbfuseError, match=rf"^manifest {re.escape(str(path))}: expected a JSON object$"
     ):
         load_manifest(path)
+    with pytest.raises(KbfuseError, match=r"^manifest \S+absent\.json cannot be read: No such"):
+        load_manifest(tmp_path / "absent.json")
     with pytest.raises(
         KbfuseError, match=r"^manifest manifest: field kind is 'timing', not 'manifest'$"
     ):
-        load_manifest({"kind": "timing", "files": {}})
-    data, problems = load_manifest({"kind": "manifest", "files": {}})
-    assert data == {"kind": "manifest", "files": {}}
+        load_manifest({**manifest, "kind": "timing"})
+    edited = {**manifest, "generator": {"kbfuse": "edited"}}
+    data, problems = load_manifest(edited)
+    assert data == edited
     assert problems == ["manifest: field content_sha256 does not match its content (edited)"]
 
 
@@ -890,13 +911,23 @@ def test_a_backslash_path_is_not_safe():
     assert is_safe_relpath("timing\\81.json") is False
 
 
+def test_compare_with_manifest_names_an_unsafe_path_and_reads_on(small_study):
+    """The manifest schema refuses such a path before; this is the second line of defence."""
+    _, _, _, manifest = small_study
+    record = manifest["files"]["timing/81.json"]
+    data = {**manifest, "files": {"../escape.json": record, "timing/81.json": record}}
+    report = compare_with_manifest(data, ["earlier"], {"timing/81.json": record}, {})
+    assert report["manifest_problems"] == [
+        "earlier",
+        "manifest lists an unsafe path '../escape.json'",
+    ]
+    assert report["missing"] == [] and report["changed"] == [] and report["extra"] == []
+    assert report["checked"] == 2 and report["ok"] is False
+
+
 def test_verify_manifest_reports_every_problem_and_reads_on(small_study):
     root, _, path, manifest = small_study
-    files = {
-        "../escape.json": manifest["files"]["timing/81.json"],
-        "absent/a.json": manifest["files"]["timing/81.json"],
-        **manifest["files"],
-    }
+    files = {"absent/a.json": manifest["files"]["timing/81.json"], **manifest["files"]}
     edited = {k: v for k, v in manifest.items() if k != "content_sha256"} | {"files": files}
     edited["content_sha256"] = content_sha256(edited)
     (root / "env/fingerprint.json").write_text("{not json")
@@ -904,7 +935,6 @@ def test_verify_manifest_reports_every_problem_and_reads_on(small_study):
     write_json(root / "kernelbench/pin.json", {**pin, "commit": "0" * 40})
     report = verify_manifest(root, edited)
     assert report["manifest_problems"] == [
-        "manifest lists an unsafe path '../escape.json'",
         "manifest field kernelbench_pin differs from kernelbench/pin.json",
     ]
     assert report["missing"] == ["absent/a.json"]
@@ -930,36 +960,48 @@ def _tar(out: Path, members: list[tuple[str, bytes]], mode: str = "w:gz") -> Pat
 
 def test_a_bundle_must_be_gzipped(tmp_path):
     plain = _tar(tmp_path / "b.tar.gz", [("a.json", b"{}\n")], mode="w")
-    with pytest.raises(KbfuseError, match=r"is not a readable \.tar\.gz"):
-        bundle_module.extract_bundle(plain, tmp_path / "x")
+    message = f"bundle {plain} is not a readable .tar.gz: "
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}"):
+        bundle_module.read_bundle(plain, extract_to=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
 
 
 def test_extraction_goes_on_after_a_duplicate(tmp_path):
-    out = _tar(tmp_path / "b.tar.gz", [("a", b"1"), ("a", b"2"), ("b", b"3")])
-    assert bundle_module.extract_bundle(out, tmp_path / "x") == {
-        "members": ["a", "b"],
-        "duplicates": ["a"],
-    }
-    assert (tmp_path / "x/a").read_bytes() == b"1" and (tmp_path / "x/b").read_bytes() == b"3"
+    members = [(RESULTS + "a", b"1"), (RESULTS + "a", b"2"), (RESULTS + "b", b"3")]
+    out = _tar(tmp_path / "b.tar.gz", members)
+    found = bundle_module.read_bundle(out, extract_to=tmp_path / "x")
+    assert sorted(found.records) == [RESULTS + "a", RESULTS + "b"]
+    assert found.records[RESULTS + "a"] == {"sha256": sha256_bytes(b"1"), "bytes": 1}
+    assert found.duplicates == {RESULTS + "a"}
+    x = tmp_path / "x" / RESULTS
+    assert (x / "a").read_bytes() == b"1" and (x / "b").read_bytes() == b"3"
 
 
-def test_extraction_refuses_a_member_that_lands_outside(tmp_path):
-    dest, outside = tmp_path / "x", tmp_path / "outside"
-    dest.mkdir()
+def test_open_bundle_extracts_into_a_fresh_folder_and_removes_it(small_study, tmp_path):
+    """What replaced the old check that a member resolves inside the extraction folder: the
+    members are written only into a new temporary folder, so nothing there can be a link."""
+    root, _, path, _ = small_study
+    out = make_bundle(root, path, tmp_path / "b.tar.gz")
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
     outside.mkdir()
-    (dest / "a").symlink_to(outside)
-    out = _tar(tmp_path / "b.tar.gz", [("a/b.json", b"{}\n")])
-    with pytest.raises(
-        KbfuseError, match=r"^bundle member 'a/b.json' resolves outside the extraction dir$"
-    ):
-        bundle_module.extract_bundle(out, dest)
-    assert not (outside / "b.json").exists()
+    (work / "kbfuse-bundle").symlink_to(outside)  # planted where a careless reader would write
+    with bundle_module.open_bundle(out, work) as (report, results, manifest):
+        assert report["ok"] is True
+        assert results.parent.parent.parent == work
+        assert results.parent.parent.name.startswith("kbfuse-bundle-")
+        assert (results / "timing/81.json").read_bytes() == (root / "timing/81.json").read_bytes()
+        assert manifest == read_json(path)
+    assert [p.name for p in work.iterdir()] == ["kbfuse-bundle"]
+    assert list(outside.iterdir()) == []
 
 
 def test_extraction_names_a_member_it_cannot_write(tmp_path):
-    out = _tar(tmp_path / "b.tar.gz", [("a", b"file"), ("a/b", b"under a file")])
-    with pytest.raises(KbfuseError, match=r"^bundle member 'a/b' cannot be extracted: "):
-        bundle_module.extract_bundle(out, tmp_path / "x")
+    members = [(RESULTS + "a", b"file"), (RESULTS + "a/b", b"under a file")]
+    out = _tar(tmp_path / "b.tar.gz", members)
+    message = f"bundle member '{RESULTS}a/b' cannot be extracted: "
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}"):
+        bundle_module.read_bundle(out, extract_to=tmp_path / "x")
 
 
 def test_format_report_lists_duplicates_and_says_ok():
@@ -997,11 +1039,14 @@ def test_check_config_lists_every_missing_kernel_by_name(tmp_path):
         check_config(cfg, tmp_path)
 
 
-def test_load_manifest_needs_a_files_mapping():
-    with pytest.raises(
-        KbfuseError, match=r"^manifest manifest: field files is missing or not a mapping$"
-    ):
-        load_manifest({"kind": "manifest", "files": []})
+def test_load_manifest_needs_a_files_mapping(small_study):
+    _, _, _, manifest = small_study
+    message = (
+        "manifest manifest does not follow the manifest record schema:\n"
+        "  field files is []: [] is not of type 'object'"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        load_manifest({**manifest, "files": []})
 
 
 def test_option_problems_refuses_what_is_not_a_list():

@@ -7,6 +7,7 @@ summary must refuse it, naming file, field and value, before any table or plot i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -122,7 +123,7 @@ def test_a_bad_value_is_refused_naming_file_and_field(study, tmp_path, rel, edit
     root, config = study
     _edit(root / rel, edit)
     out = tmp_path / "summary"
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(KbfuseError, match=re.escape(words)) as err:
         summary.write_summary(root, config, out)
     assert rel in str(err.value) and words in str(err.value)
     assert not out.exists()  # refused before anything is written

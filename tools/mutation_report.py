@@ -8,7 +8,9 @@ functions, except timing's functions other than its gate and statistics (the res
 timing.py drives the GPU) and the few functions of verify.py that only run on a GPU
 (GPU_ONLY); those are counted apart, never silently dropped. Every survivor must be listed
 in tools/mutation_equivalent.toml with the reason it is equivalent (the program behaves the
-same), or it is printed as unexplained and the command exits 1.
+same), or it is printed as unexplained and the command exits 1. Scored modules this run did
+not cover are shown apart with an earlier run's figures (tools/mutation_previous.toml), named
+as such and never added to this run's score.
 """
 
 from __future__ import annotations
@@ -26,28 +28,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "mutation.md"
 EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
+PREVIOUS = ROOT / "tools" / "mutation_previous.toml"
 MODULES = (
     "numerics",
+    "measure",
     "timing",
     "verify",
     "routes",
     "manifest",
     "bundle",
+    "records",
     "config",
     "deps",
     "cudacache",
 )
-# timing.py: only the gate and the statistics are scored.
+# timing.py: only the gate and the pure checks around it are scored (the statistics moved to
+# measure.py); the rest of timing.py builds models and times them on the GPU.
 TIMING_FUNCTIONS = (
+    "check_protocol",
+    "best_compiled",
+    "assemble_scope",
     "gate",
+    "_malformed_result",
+    "_verdict",
+    "_record_problem",
     "_gate_one",
-    "stats",
-    "_checked_samples",
-    "paired_ratios",
-    "round_orders",
+    "gate_baselines",
+    "read_record",
+    "read_correctness_records",
+    "check_names",
+    "read_metas",
+    "gate_variants",
+    "gate_implementations",
 )
 # Functions that launch kernels or build the model on the GPU: no CPU test can run them.
 GPU_ONLY = (
+    "measure.time_interleaved",
+    "measure.capture_graphs",
     "verify.witness_output",
     "verify._float32_value",
     "verify.Task81Witness.*",
@@ -146,6 +163,36 @@ def tally(results: dict[str, str], modules) -> dict[str, Counter]:
     return counts
 
 
+def previous_figures(modules) -> tuple[dict, dict[str, Counter]]:
+    """(run, module -> counts) of an earlier run, for the scored modules not in `modules`."""
+    if not PREVIOUS.is_file():
+        return {}, {}
+    data = tomllib.loads(PREVIOUS.read_text())
+    counts = {
+        module: Counter({k.replace("_", "-"): v for k, v in figures.items()})
+        for module, figures in data.get("modules", {}).items()
+        if module not in modules
+    }
+    return data.get("run", {}), counts
+
+
+def previous_section(modules) -> list[str]:
+    run, counts = previous_figures(modules)
+    if not counts:
+        return []
+    return [
+        "## Not re-run: an earlier run's figures",
+        "",
+        f"These modules were not mutated by the run above. Their figures are from the run of "
+        f"{run.get('date')} (mutmut {run.get('mutmut')}) on the code of commit "
+        f"{run.get('commit')}, kept in `tools/mutation_previous.toml`; their survivors were "
+        "explained then. They are not part of the score above.",
+        "",
+        *score_table(counts),
+        "",
+    ]
+
+
 def score_table(counts: dict[str, Counter]) -> list[str]:
     head = (
         "| module | scored | killed | survived | no CPU test | timeout | score | GPU-only "
@@ -212,7 +259,8 @@ def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
         "mutants and their reasons are listed in `tools/mutation_equivalent.toml`.",
         "",
         "Scored: every function of the modules below, except in `timing` only the gate and the",
-        f"statistics ({', '.join(f'`{f}`' for f in TIMING_FUNCTIONS)}; the rest drives the GPU).",
+        f"pure checks ({', '.join(f'`{f}`' for f in TIMING_FUNCTIONS)}; the rest drives the",
+        "GPU; the timing statistics are in `measure`).",
         "*GPU-only* mutants are in functions that launch kernels on the device "
         f"({', '.join(f'`{g}`' for g in GPU_ONLY)}); no CPU test can reach them, the GPU tests",
         "do, and they are counted apart. *No CPU test*: no selected test runs the function.",
@@ -227,6 +275,7 @@ def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
         "",
         *score_table(counts),
         "",
+        *previous_section(modules),
         "## Survivors",
         "",
     ]

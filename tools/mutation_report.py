@@ -230,7 +230,7 @@ def _sort_key(name: str) -> tuple[str, str, int]:
     return module, function, int(name.rsplit("_", 1)[1])
 
 
-def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
+def render(modules, counts, results, reasons, note: str = "") -> tuple[str, list[str]]:
     total = Counter()
     for c in counts.values():
         total.update(c)
@@ -267,12 +267,12 @@ def render(modules, counts, results, reasons) -> tuple[str, list[str]]:
         "*Not run*: mutants of a scored function that this run did not reach (0 after a full run).",
         "mutmut keeps its verdicts in `./mutants`: after tests are added, `mutmut run NAME...`",
         "with the survivors' names rechecks just those, and `python tools/mutation_report.py`",
-        "rewrites this page (this one: a full run, then such reruns after each batch of tests).",
+        "rewrites this page.",
         "",
         f"## Score: {score:.1%} killed (goal {GOAL:.0%})",
         "",
         f"Run {datetime.date.today().isoformat()} with {version}, modules: {' '.join(modules)}.",
-        "",
+        *([note, ""] if note else [""]),
         *score_table(counts),
         "",
         *previous_section(modules),
@@ -299,6 +299,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", default=list(MODULES))
     parser.add_argument("--names", action="store_true", help="print the mutant globs and stop")
+    parser.add_argument("--note", default="", help="a paragraph on this run's scope, shown")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -309,7 +310,7 @@ def main(argv=None) -> int:
         return 0
     results = mutmut_results()
     counts = tally(results, args.modules)
-    text, unexplained = render(args.modules, counts, results, equivalent_reasons())
+    text, unexplained = render(args.modules, counts, results, equivalent_reasons(), args.note)
     DOC.write_text(text)
     print(f"wrote {DOC.relative_to(ROOT)}")
     for name in unexplained:

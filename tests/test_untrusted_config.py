@@ -426,3 +426,17 @@ def test_the_override_examples_of_the_config_readme_work():
         checked(overridden(*entries))
     cfg = checked(overridden(*examples[2]))
     assert cfg["controls"]["tiny_values"] == {"low": -100, "high": -60.0, "dense_count": 100001}
+
+
+def test_missing_required_keys_are_each_named_once():
+    cfg = copy.deepcopy(DEFAULT)
+    for key in ("tasks", "seeds", "distributions"):
+        del cfg[key]
+    with pytest.raises(KbfuseError, match="config key tasks: missing") as err:
+        validate_schema(cfg)
+    lines = str(err.value).splitlines()[1:]
+    assert lines == [
+        "  config key tasks: missing (required)",
+        "  config key seeds: missing (required)",
+        "  config key distributions: missing (required)",
+    ]

@@ -267,7 +267,9 @@ def validate_schema(config: dict, schema: str | Path | None = None) -> dict:
     if problems:
         raise invalid(problems)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
-    problems = [line for error in errors for line in _describe(error)]
+    # dict.fromkeys: jsonschema reports each missing required key as its own error, and
+    # _describe names all of them for each one; a line is printed once, in order
+    problems = list(dict.fromkeys(line for error in errors for line in _describe(error)))
     if problems:
         raise invalid(problems)
     _fill_variant_defaults(config)

@@ -77,3 +77,12 @@ def test_module_files_are_the_union_of_closures_as_workflow_paths():
     assert len(names) > len(deps.module_closure("io"))  # errors adds a module of its own
     assert deps.module_files("errors", "io") == [f"src/kbfuse/{name}.py" for name in names]
     assert deps.module_files("errors", root="x") == ["x/errors.py"]
+
+
+def test_module_files_name_the_schemas_the_records_module_reads():
+    files = deps.module_files("summary")
+    assert "src/kbfuse/records.py" in files
+    schemas = [f for f in files if f.startswith("src/kbfuse/schemas/")]
+    assert "src/kbfuse/schemas/timing.schema.json" in schemas
+    assert len(schemas) == len(list((deps.SRC / "schemas").glob("*.json")))
+    assert not [f for f in deps.module_files("errors") if f.endswith(".json")]

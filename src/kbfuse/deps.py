@@ -57,9 +57,20 @@ def module_closure(module: str, src: Path = SRC) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
+# Data files a module reads at run time: editing one reruns the jobs that use the module.
+DATA_FILES = {"records": "schemas/*.json"}
+
+
 def module_files(*modules: str, root: str = "src/kbfuse") -> list[str]:
-    """Paths (relative to the workflow root) of every module in the closures of `modules`."""
+    """Paths (relative to the workflow root) of every module in the closures of `modules`,
+    then the data files those modules read (DATA_FILES)."""
     names: set[str] = set()
     for module in modules:
         names.update(module_closure(module))
-    return [f"{root}/{name}.py" for name in sorted(names)]
+    data = sorted(
+        path.relative_to(SRC).as_posix()
+        for name in sorted(names)
+        if name in DATA_FILES
+        for path in SRC.glob(DATA_FILES[name])
+    )
+    return [f"{root}/{name}.py" for name in sorted(names)] + [f"{root}/{rel}" for rel in data]

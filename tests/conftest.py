@@ -24,6 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kbrepo import make_kernelbench_repo  # noqa: E402
 
+# Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto).
+GPU_RULES = {
+    "verify_variants",
+    "env_fingerprint",
+    "correctness_variants",
+    "correctness_baselines",
+    "timing",
+    "controls",
+    "witness81",
+}
+
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
 
 # Modules whose tests run Snakemake or a kbfuse child process end to end (seconds to tens of

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, copy_workflow, snakemake, write_test_config
+from conftest import GPU_RULES, ROOT, copy_workflow, snakemake, write_test_config
 
 from kbfuse.io import read_json
 
@@ -98,17 +98,6 @@ def test_second_run_is_refused_by_the_lock_and_unlock_recovers(tmp_path, kb_repo
 
 
 # ------------------------------------------------------------------ (b) gpu=1
-
-
-GPU_RULES = {
-    "verify_variants",
-    "env_fingerprint",
-    "correctness_variants",
-    "correctness_baselines",
-    "timing",
-    "controls",
-    "witness81",
-}
 
 
 def planned_resources(workdir: Path, *args: str) -> list[tuple[str, str, dict[str, str]]]:

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_timing_stats import record
 
 from kbfuse import baselines, kernelbench, launch, tails, timing
 from kbfuse.correctness import assemble, check_case
@@ -32,14 +33,7 @@ HALF = {"atol": 0.0, "rtol": 0.5}
 
 
 def correctness_record(variant: str, passed: bool, failing=(), task=81, sha=SHA) -> dict:
-    return {
-        "kind": "correctness",
-        "task": task,
-        "implementation": variant,
-        "provenance": {"variant": variant, "artifact_sha256": sha},
-        "passed": passed,
-        "failing_checks": list(failing),
-    }
+    return record(variant, passed, failing, task, sha)
 
 
 # --------------------------------------------------------------------------- gate

@@ -19,18 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import ROOT, copy_workflow, snakemake, write_test_config
+from conftest import GPU_RULES, ROOT, copy_workflow, snakemake, write_test_config
 from packaging.requirements import Requirement
 
-GPU_RULES = {
-    "verify_variants",
-    "env_fingerprint",
-    "correctness_variants",
-    "correctness_baselines",
-    "timing",
-    "controls",
-    "witness81",
-}
 LOCAL_RULES = {
     "kernelbench_checkout",
     "kernelbench_task",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import snakemake, write_test_config
+from conftest import GPU_RULES, snakemake, write_test_config
 
 from kbfuse.io import read_json
 
@@ -27,16 +27,6 @@ DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 ALL_VARIANTS = list(DEFAULT["variants"])
 CPU_VARIANTS = [v for v in ALL_VARIANTS if DEFAULT["variants"][v]["route"] != "cupy-default"]
 TASKS = [int(t) for t in DEFAULT["tasks"]]
-# Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto).
-GPU_RULES = {
-    "verify_variants",
-    "env_fingerprint",
-    "correctness_variants",
-    "correctness_baselines",
-    "timing",
-    "controls",
-    "witness81",
-}
 # Jobs that read every result, so any change upstream reruns them.
 AGGREGATES = {("margin_audit", ""), ("summary", ""), ("manifest", ""), ("bundle", "")}
 

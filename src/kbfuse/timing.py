@@ -183,6 +183,10 @@ def _record_problem(record: Any, kind: str, task: int | None) -> str | None:
         return f"corrupt correctness record: not a JSON object ({type(record).__name__})"
     if record.get("kind") != kind:
         return f"corrupt correctness record: kind is {record.get('kind')!r}"
+    return _task_problem(record, task)
+
+
+def _task_problem(record: Mapping, task: int | None) -> str | None:
     if task is not None and record.get("task") != task:
         return f"correctness record is for task {record.get('task')!r}, not {task}"
     return None
@@ -202,7 +206,7 @@ def _gate_one(
             f"not {variant!r}",
             [],
         )
-    problem = _record_problem(record, "correctness", task)
+    problem = _task_problem(record, task)
     if problem:
         return problem, []
     checked = (record.get("provenance") or {}).get("artifact_sha256")

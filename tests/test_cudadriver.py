@@ -8,12 +8,12 @@ so a child process can import it to fake the driver (see test_compile.py).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,21 +29,27 @@ ERROR_NAMES = {
     100: "CUDA_ERROR_NO_DEVICE",
     101: "CUDA_ERROR_INVALID_DEVICE",
 }
+FUNCTIONS = ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute", "cuGetErrorName")
 ROOT = Path(__file__).resolve().parents[1]
 ADVICE = r"set arch: sm_XY in the config \(e.g. sm_90 for H100/H200\)"
 
 
 class FakeDriver:
-    """A libcuda stand-in: `capabilities[i]` is device i's (major, minor); `fail` maps a function
-    name to the CUresult it returns instead of CUDA_SUCCESS."""
+    """A `cuda.bindings.driver` stand-in: each function returns (CUresult, value...) as the
+    binding does; `capabilities[i]` is device i's (major, minor); `fail` maps a function name
+    to the CUresult it returns instead of CUDA_SUCCESS."""
+
+    CUdevice_attribute = SimpleNamespace(
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR=75,
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=76,
+    )
 
     def __init__(self, capabilities=((9, 0),), fail=None, missing=()):
         self.capabilities = list(capabilities)
         self.fail = dict(fail or {})
         self.calls: list[str] = []
-        for name in cudadriver._SIGNATURES:
+        for name in FUNCTIONS:
             if name not in missing:
-                # plain functions (not bound methods), so kbfuse can set argtypes on them
                 setattr(self, name, self._function(name))
 
     def _function(self, name):
@@ -52,61 +58,47 @@ class FakeDriver:
         def function(*args):
             self.calls.append(name)
             if name in self.fail:
-                return self.fail[name]
+                return (self.fail[name], None)
             return body(*args)
 
-        function.__name__ = name
         return function
-
-    @staticmethod
-    def _set(pointer, value) -> None:
-        pointer._obj.value = value  # what byref() wraps
 
     def _cuInit(self, flags):
         assert flags == 0
-        return 0 if self.capabilities else 100  # libcuda: no device fails cuInit
+        return (0,) if self.capabilities else (100,)  # libcuda: no device fails cuInit
 
-    def _cuDeviceGetCount(self, count):
-        self._set(count, len(self.capabilities))
-        return 0
+    def _cuDeviceGetCount(self):
+        return (0, len(self.capabilities))
 
-    def _cuDeviceGet(self, device, ordinal):
+    def _cuDeviceGet(self, ordinal):
         if not 0 <= ordinal < len(self.capabilities):
-            return 101
-        self._set(device, 1000 + ordinal)  # a handle, not the ordinal itself
-        return 0
+            return (101, None)
+        return (0, 1000 + ordinal)  # a handle, not the ordinal itself
 
-    def _cuDeviceGetAttribute(self, value, attribute, device):
+    def _cuDeviceGetAttribute(self, attribute, device):
         major, minor = self.capabilities[device - 1000]
-        attributes = {
-            cudadriver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: major,
-            cudadriver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: minor,
-        }
+        attributes = {75: major, 76: minor}
         if attribute not in attributes:
-            return 1  # CUDA_ERROR_INVALID_VALUE
-        self._set(value, attributes[attribute])
-        return 0
+            return (1, None)  # CUDA_ERROR_INVALID_VALUE
+        return (0, attributes[attribute])
 
-    def _cuGetErrorName(self, code, name):
+    def _cuGetErrorName(self, code):
         if code not in ERROR_NAMES:
-            return 1
-        self._set(name, ERROR_NAMES[code].encode())
-        return 0
+            return (1, None)
+        return (0, ERROR_NAMES[code].encode())
 
 
 def use(monkeypatch, driver) -> None:
-    """Make kbfuse.cudadriver load `driver` (an object, or an exception to raise)."""
-
-    def load_library(name=cudadriver.LIBRARY):
-        assert name == "libcuda.so.1"
-        if isinstance(driver, BaseException):
-            raise driver
-        return driver
-
-    monkeypatch.setattr(cudadriver, "load_library", load_library)
+    """Make kbfuse.cudadriver ask `driver` (an object, or an exception its first call raises)."""
+    if isinstance(driver, BaseException):
+        failing = FakeDriver()
+        for name in FUNCTIONS:
+            setattr(failing, name, lambda *args, error=driver: (_ for _ in ()).throw(error))
+        driver = failing
+    monkeypatch.setattr(cudadriver, "load_driver", lambda: driver)
 
 
-MISSING = OSError("libcuda.so.1: cannot open shared object file: No such file or directory")
+MISSING = RuntimeError("Failed to dlopen libcuda.so.1")  # what cuda-bindings raises
 
 
 def test_compute_capability_reads_major_and_minor_of_device_0(monkeypatch):
@@ -117,13 +109,6 @@ def test_compute_capability_reads_major_and_minor_of_device_0(monkeypatch):
     assert driver.calls[:3] == ["cuInit", "cuDeviceGetCount", "cuDeviceGet"]
     assert cudadriver.device_count() == 2
     assert gpu_arch() == resolve_arch("auto") == "sm_90"
-    # the argument types kbfuse declares are the driver API's
-    assert driver.cuDeviceGetAttribute.argtypes == [
-        ctypes.POINTER(ctypes.c_int),
-        ctypes.c_int,
-        ctypes.c_int,
-    ]
-    assert driver.cuInit.restype is ctypes.c_int
 
 
 @pytest.mark.parametrize(("capability", "arch"), [((8, 0), "sm_80"), ((10, 0), "sm_100")])
@@ -196,8 +181,37 @@ def test_error_name_falls_back_to_the_code(monkeypatch):
 
 def test_library_without_a_function(monkeypatch):
     use(monkeypatch, FakeDriver(missing=("cuDeviceGetAttribute",)))
-    with pytest.raises(cudadriver.CudaDriverError, match="has no function cuDeviceGetAttribute"):
+    with pytest.raises(cudadriver.CudaDriverError, match="has no driver function cuDeviceGetAtt"):
         cudadriver.compute_capability()
+
+
+def test_missing_cuda_bindings_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", None)
+    with pytest.raises(
+        cudadriver.NoCudaDriver, match=r"cuda-bindings.*not installed.*kbfuse\[cuda13\]"
+    ):
+        cudadriver.load_driver()
+    assert cudadriver.device_count.__module__ == "kbfuse.cudadriver"
+    with pytest.raises(KbfuseError, match=r"arch: auto needs a GPU.*cuda-bindings"):
+        gpu_arch()
+
+
+def test_the_fake_speaks_the_real_bindings_api():
+    """FakeDriver stands in for `cuda.bindings.driver` (a `test` extra): the functions and
+    attribute members kbfuse uses exist there, with the driver API's values, and a CUresult
+    converts to the int kbfuse compares."""
+    from cuda.bindings import driver
+
+    for name in FUNCTIONS:
+        assert callable(getattr(driver, name)), name
+    for name in cudadriver.CAPABILITY_ATTRIBUTES:
+        assert int(getattr(driver.CUdevice_attribute, name)) == getattr(
+            FakeDriver.CUdevice_attribute, name
+        )
+    assert int(driver.CUresult.CUDA_ERROR_NO_DEVICE) == cudadriver.CUDA_ERROR_NO_DEVICE == 100
+    assert int(driver.CUresult.CUDA_SUCCESS) == cudadriver.CUDA_SUCCESS
+    assert cudadriver.load_driver() is driver
 
 
 def test_impossible_capability_is_refused(monkeypatch):

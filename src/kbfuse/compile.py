@@ -93,7 +93,7 @@ def check_spec(variant: str, spec) -> tuple[str, str, list[str]]:
 
 
 def gpu_arch() -> str:
-    """sm_XY of GPU 0, read from the CUDA driver through ctypes (kbfuse.cudadriver: no torch
+    """sm_XY of GPU 0, read from the CUDA driver through cuda-bindings (kbfuse.cudadriver: no torch
     import); call only after cudacache.isolate (cuInit initialises the driver)."""
     from kbfuse import cudadriver
 

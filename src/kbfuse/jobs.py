@@ -36,7 +36,7 @@ ADVICE = "Run it on a GPU machine, or build only the CPU part: snakemake --cores
 def require_gpu(stage: str, torch: bool = True) -> None:
     """NoGPUError unless the CUDA driver sees a GPU and (`torch`) torch can use it.
 
-    The driver is asked first, through ctypes (milliseconds): jobs that only need the driver
+    The driver is asked first, through cuda-bindings (milliseconds): jobs that only need the driver
     (NVRTC compiles for `arch: auto`) pass torch=False and never import torch.
     """
     from kbfuse import cudadriver

@@ -373,6 +373,22 @@ def test_disassembler_from_the_pip_wheels():
     assert disasm.count_sass_ftz(result.cubin) == 2  # FMUL.FTZ and FADD.FTZ
 
 
+def test_disassembler_search_path_first_then_nvidias_pathfinder(tmp_path, monkeypatch):
+    """Without PATH, cuda.pathfinder finds the pip wheel's nvdisasm (preferred: it labels the
+    internal helpers); a tool on PATH wins over it."""
+    from cuda.pathfinder import find_nvidia_binary_utility
+
+    monkeypatch.setenv("PATH", "")
+    tool = disasm.find_disassembler()
+    assert tool.name == "nvdisasm"
+    assert tool.path == find_nvidia_binary_utility("nvdisasm")
+    own = tmp_path / "nvdisasm"
+    own.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 99.9, V99.9.1'\n")
+    own.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert disasm.find_disassembler() == disasm.Disassembler("nvdisasm", str(own), "99.9.1")
+
+
 def test_no_disassembler_gives_none(monkeypatch):
     monkeypatch.setattr(disasm, "find_disassembler", lambda: None)
     assert disasm.sass_text(b"\x7fELF") is None

@@ -2,9 +2,9 @@
 
 The PTX count shows what the front end emitted (see `ptx_ftz_opcodes` for the math library's
 `.approx.ftz` instructions, present whatever --ftz says). The SASS count needs a disassembler
-(nvdisasm or cuobjdump: on PATH, in $CUDA_HOME/bin or $CUDA_PATH/bin, or from the pip wheels
-nvidia-cuda-nvdisasm / nvidia-cuda-cuobjdump in nvidia/cu13/bin). Note that SASS of code built with
---ftz=false still carries some .FTZ instructions inside NVIDIA's internal helper routines (e.g.
+(nvdisasm or cuobjdump: on PATH, else wherever NVIDIA's `cuda.pathfinder` finds it: the pip wheels
+nvidia-cuda-nvdisasm / nvidia-cuda-cuobjdump, a conda prefix, $CUDA_PATH or $CUDA_HOME).
+Note that SASS of code built with --ftz=false still carries some .FTZ instructions inside NVIDIA's internal helper routines (e.g.
 `$__internal_0_$__cuda_sm3x_div_rn_noftz_f32_slowpath`, the IEEE division slow path, which works on
 operands it has already scaled into the normal range), so the SASS count is reported together with
 how many of those sit in `$__internal_*` helpers (nvdisasm shows their labels; cuobjdump does not).
@@ -12,16 +12,14 @@ how many of those sit in `$__internal_*` helpers (nvdisasm shows their labels; c
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 DISASSEMBLERS = ("nvdisasm", "cuobjdump")  # nvdisasm first: it labels internal helper routines
-WHEEL_BIN_DIRS = ("cu13/bin", "cuda_nvdisasm/bin", "cuda_cuobjdump/bin")
 
 
 @dataclass(frozen=True)
@@ -98,16 +96,17 @@ def count_ptx_ftz_non_approx(ptx: str) -> int:
 # --- finding a disassembler -----------------------------------------------------------------
 
 
-def _candidate_dirs() -> list[Path]:
-    dirs = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            dirs.append(Path(os.environ[var]) / "bin")
-    spec = importlib.util.find_spec("nvidia")
-    if spec is not None and spec.submodule_search_locations:
-        for root in spec.submodule_search_locations:
-            dirs.extend(Path(root) / sub for sub in WHEEL_BIN_DIRS)
-    return dirs
+def find_tool(name: str) -> str | None:
+    """Path of CUDA host tool `name`: PATH first (the user's choice), then NVIDIA's own search
+    (`cuda.pathfinder`, installed with cuda-bindings by the cuda and test extras)."""
+    on_path = shutil.which(name)
+    if on_path:
+        return on_path
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+    except ImportError:
+        return None
+    return find_nvidia_binary_utility(name)
 
 
 def _tool_version(path: str) -> str | None:
@@ -120,12 +119,11 @@ def _tool_version(path: str) -> str | None:
 
 
 def find_disassembler() -> Disassembler | None:
-    """First nvdisasm/cuobjdump found on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, or pip wheels."""
-    for directory in _candidate_dirs():
-        for name in DISASSEMBLERS:
-            path = directory / name
-            if path.is_file() and os.access(path, os.X_OK):
-                return Disassembler(name, str(path), _tool_version(str(path)))
+    """nvdisasm if found (`find_tool`), else cuobjdump; None when neither is."""
+    for name in DISASSEMBLERS:
+        path = find_tool(name)
+        if path:
+            return Disassembler(name, path, _tool_version(path))
     return None
 
 

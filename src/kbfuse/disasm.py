@@ -4,7 +4,8 @@ The PTX count shows what the front end emitted (see `ptx_ftz_opcodes` for the ma
 `.approx.ftz` instructions, present whatever --ftz says). The SASS count needs a disassembler
 (nvdisasm or cuobjdump: on PATH, else wherever NVIDIA's `cuda.pathfinder` finds it: the pip wheels
 nvidia-cuda-nvdisasm / nvidia-cuda-cuobjdump, a conda prefix, $CUDA_PATH or $CUDA_HOME).
-Note that SASS of code built with --ftz=false still carries some .FTZ instructions inside NVIDIA's internal helper routines (e.g.
+Note that SASS of code built with --ftz=false still carries some .FTZ instructions inside
+NVIDIA's internal helper routines (e.g.
 `$__internal_0_$__cuda_sm3x_div_rn_noftz_f32_slowpath`, the IEEE division slow path, which works on
 operands it has already scaled into the normal range), so the SASS count is reported together with
 how many of those sit in `$__internal_*` helpers (nvdisasm shows their labels; cuobjdump does not).

@@ -68,7 +68,6 @@ GPU_ONLY = (
     "verify.witness_output",
     "verify._float32_value",
     "verify.Task81Witness.*",
-    "verify.measure_task81",
 )
 GOAL = 0.90
 NOT_KILLED = ("survived", "no tests", "timeout", "suspicious")

@@ -329,13 +329,6 @@ def option_problems(route: str, options) -> list[str]:
     return problems
 
 
-def check_options(route: str, options) -> None:
-    """Raise KbfuseError listing every problem of `option_problems`."""
-    problems = option_problems(route, options)
-    if problems:
-        raise KbfuseError("; ".join(problems))
-
-
 def last_option_value(options, name: str) -> str | None:
     """Value of the last occurrence of option `name` (canonical long name) in `options`."""
     value = None

@@ -195,11 +195,6 @@ class Task81Witness:
         return records
 
 
-def measure_task81(mod: LoadedModule, checkout: Path, pin: dict) -> list[dict]:
-    """The task-81 tail at TASK81_INPUTS against the pinned model's eager tail, bitwise."""
-    return Task81Witness(checkout, pin, torch.device("cuda", mod.device)).measure(mod)
-
-
 def verify_variants(
     variants: Mapping[str, tuple],
     checkout: str | os.PathLike,

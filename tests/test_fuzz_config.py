@@ -19,7 +19,7 @@ from snakemake.cli import parse_config
 from snakemake.utils import update_config
 
 from kbfuse import compile as kcompile
-from kbfuse import controls, correctness, kernelsrc, routes, timing
+from kbfuse import controls, correctness, kernelsrc, measure, routes
 from kbfuse.config import check_config, read_config_file, validate_schema
 from kbfuse.errors import KbfuseError
 
@@ -73,7 +73,7 @@ def checked_or_refused(cfg) -> dict | None:
 
 def assert_jobs_accept(cfg: dict) -> None:
     """What the GPU jobs check before their work (they raise KbfuseError otherwise)."""
-    timing.check_protocol(cfg["timing"])
+    measure.check_protocol(cfg["timing"])
     controls.check_controls_cfg(cfg["controls"])
     correctness.check_request(
         cfg["seeds"], cfg["distributions"], cfg["tolerance"], cfg["timing"]["input_seed"]

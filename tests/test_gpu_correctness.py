@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from kbfuse import baselines, correctness
+from kbfuse import baselines, correctness, stage
 from kbfuse.correctness import (
     CONTROL_ROWS,
     GROUPS,
@@ -539,14 +539,14 @@ def test_variants_stage_on_a_cpu_stand_in_matches_single_variant_runs(cpu_stage,
 def test_variants_stage_writes_no_file_when_one_write_fails(cpu_stage, tmp_path, monkeypatch):
     variants, request, _, _ = cpu_stage
     outs = {name: tmp_path / "out" / f"{name}.json" for name in variants}
-    real_write = correctness.write_json
+    real_write = stage.write_json
 
     def failing_write(path, record):
         if Path(path).name == "scaled.json":
             raise OSError("disk full")
         real_write(path, record)
 
-    monkeypatch.setattr(correctness, "write_json", failing_write)
+    monkeypatch.setattr(stage, "write_json", failing_write)
     with pytest.raises(OSError, match="disk full"):
         run_correctness_variants(81, variants, outs, **request)
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]

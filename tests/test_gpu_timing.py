@@ -24,8 +24,9 @@ from kbfuse.controls import run_controls, run_witness81
 from kbfuse.correctness import run_baselines, run_correctness
 from kbfuse.io import jsonable, read_json, write_json
 from kbfuse.kernelbench import pin_kernelbench
+from kbfuse.measure import MEASUREMENT_KEYS
 from kbfuse.numerics import CASE_RECORD_KEYS
-from kbfuse.timing import MEASUREMENT_KEYS, run_timing
+from kbfuse.timing import run_timing
 
 pytestmark = pytest.mark.gpu
 

@@ -173,18 +173,18 @@ def test_verify_variants_on_a_cpu_stand_in_matches_single_variant_runs(cpu_verif
 
 
 def test_verify_variants_writes_no_file_when_one_write_fails(cpu_verify, tmp_path, monkeypatch):
-    from kbfuse import verify
+    from kbfuse import stage
 
     variants, _ = cpu_verify
     outs = {name: tmp_path / "out" / f"{name}.json" for name in variants}
-    real_write = verify.write_json
+    real_write = stage.write_json
 
     def failing_write(path, record):
         if Path(path).name == "keep-too.json":
             raise OSError("disk full")
         real_write(path, record)
 
-    monkeypatch.setattr(verify, "write_json", failing_write)
+    monkeypatch.setattr(stage, "write_json", failing_write)
     log = tmp_path / "verify.log"
     with pytest.raises(OSError, match="disk full"):
         verify_variants(variants, tmp_path, None, outs, log)

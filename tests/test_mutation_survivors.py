@@ -26,7 +26,7 @@ from test_summary import make_config, write_study
 
 import kbfuse
 from kbfuse import bundle as bundle_module
-from kbfuse import cudacache, deps, measure, routes, timing, verify
+from kbfuse import cudacache, deps, gate, measure, routes, stage, verify
 from kbfuse.bundle import (
     MANIFEST_MEMBER,
     RESULTS_PREFIX,
@@ -520,12 +520,17 @@ def test_f32_bits_rounds_a_number_to_float32_whatever_the_default_dtype():
         torch.set_default_dtype(saved)
 
 
-def test_verify_progress_lines_reach_the_log_as_written(caplog):
-    lines = verify._Progress()
+def test_progress_lines_reach_the_logger_and_the_log_as_written(caplog, tmp_path):
+    log = tmp_path / "logs" / "verify.log"
+    log.parent.mkdir()
+    log.write_text("an earlier run\n")
+    say = stage.Progress(log, "kbfuse.verify", fresh=True)
     with caplog.at_level(logging.INFO, logger="kbfuse.verify"):
-        lines.append("variant v: 100% %s done")
-    assert lines == ["variant v: 100% %s done"]
+        say("variant v: 100% %s done")
+    assert log.read_text() == "variant v: 100% %s done\n"
     assert [r.getMessage() for r in caplog.records] == ["variant v: 100% %s done"]
+    stage.Progress(log, "kbfuse.verify")("appended")
+    assert log.read_text().splitlines() == ["variant v: 100% %s done", "appended"]
 
 
 def test_format_report_names_the_bundle_and_its_environment():
@@ -605,7 +610,7 @@ def test_the_bundle_gzip_header_holds_no_file_name_or_time():
     ],
 )
 def test_gate_reasons_word_for_word(record, reason):
-    assert timing.gate({"v": record}) == (
+    assert gate.gate({"v": record}) == (
         [],
         {
             "v": {

@@ -19,16 +19,14 @@ from kbfuse.controls import (
     without_ftz,
 )
 from kbfuse.errors import KbfuseError
-from kbfuse.measure import paired_ratios, stats
-from kbfuse.timing import (
+from kbfuse.gate import check_names, gate, gate_baselines, read_correctness_records
+from kbfuse.measure import (
     MEASUREMENT_KEYS,
     assemble_scope,
     best_compiled,
-    check_names,
     check_protocol,
-    gate,
-    gate_baselines,
-    read_correctness_records,
+    paired_ratios,
+    stats,
 )
 
 NAMES = ["eager", "torchscript", "inductor", "nvrtc-cubin-noftz", "nvrtc-ptx-ftz"]

@@ -28,23 +28,30 @@ from typing import Any
 import numpy as np
 
 from kbfuse import baselines as baseline_builders
-from kbfuse import cudacache, kernelbench, launch, numerics, tails
+from kbfuse import kernelbench, launch, numerics, tails
 from kbfuse.errors import KbfuseError
 from kbfuse.exhaustive import exhaustive_control
+from kbfuse.gate import gate_implementations
 from kbfuse.inputs import make_input
 from kbfuse.io import write_json
-from kbfuse.measure import block_seed, int_at_least, paired_ratios, stats, time_interleaved
-from kbfuse.timing import (
-    Progress,
+from kbfuse.measure import (
+    block_seed,
     check_protocol,
-    gate_implementations,
+    int_at_least,
+    paired_ratios,
+    stats,
+    time_interleaved,
+)
+from kbfuse.stage import (
+    Progress,
     load_modules,
+    make_record,
     measure_program,
-    read_metas,
+    read_compile_metas,
+    task_provenance,
 )
 from kbfuse.weights import weights_sha256
 
-SCHEMA_VERSION = 1
 # The study built the small-shape model (and drew its input) right after seeding 371.
 SMALL_SHAPE_SEED = 371
 SMALL_SHAPE_GROUP = "small_shape"
@@ -447,7 +454,7 @@ def run_controls(
     """
     import torch
 
-    say = Progress(log)
+    say = Progress(log, "kbfuse.controls")
     cfg = check_controls_cfg(controls_cfg)
     protocol = check_protocol(protocol)
     tolerance = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
@@ -487,25 +494,22 @@ def run_controls(
     tiny = tiny_values_control(model, tail, modules, cfg["tiny_values"], tolerance, say)
     every_input = exhaustive_control(model, tail, modules, say)
 
-    result = {
-        "kind": "controls",
-        "schema_version": SCHEMA_VERSION,
-        "task": task,
-        "provenance": {
-            "pin_commit": spec.pin_commit,
-            "task_sha256": spec.sha256,
-            "weights_sha256": weights_sha256(model),
-            "artifacts": {v: metas[v]["artifact_sha256"] for v in variants},
-        },
-        "protocol": protocol,
-        "numerics": numerics,
-        "tolerance": tolerance,
-        "small_shape": small,
-        "tiny_values": tiny,
-        "ftz_cost": ftz_cost,
-        "exhaustive": every_input,
-        "cuda_cache": cudacache.current_setting(),
-    }
+    result = make_record(
+        "controls",
+        task=task,
+        provenance=task_provenance(
+            spec,
+            weights_sha256=weights_sha256(model),
+            artifacts={v: metas[v]["artifact_sha256"] for v in variants},
+        ),
+        protocol=protocol,
+        numerics=numerics,
+        tolerance=tolerance,
+        small_shape=small,
+        tiny_values=tiny,
+        ftz_cost=ftz_cost,
+        exhaustive=every_input,
+    )
     write_json(out, result)
     say(f"task {task}: wrote {out}")
     del modules, model
@@ -524,11 +528,11 @@ def run_witness81(
     """Task 81's eager tail against every variant at the witness inputs; values and bits."""
     import torch
 
-    say = Progress(log)
+    say = Progress(log, "kbfuse.controls")
     values = [float(v) for v in inputs]
     if not values or not all(math.isfinite(v) for v in values):
         raise KbfuseError(f"witness81 inputs {list(inputs)!r} must be finite numbers")
-    metas = read_metas(variants)
+    metas = read_compile_metas(variants)
     pin = kernelbench.read_pin(pin_path)
     spec = kernelbench.load_task(checkout, pin, 81)
     tail = tails.tail_for(81)
@@ -559,22 +563,18 @@ def run_witness81(
                 say(f"witness81 {variant} at {value:g}: {output!r} ({bits}), reference {ref_bits}")
             result_variants[variant] = rows
 
-    result = {
-        "kind": "witness81",
-        "schema_version": SCHEMA_VERSION,
-        "provenance": {
-            "pin_commit": spec.pin_commit,
-            "task_sha256": spec.sha256,
-            "artifacts": {v: metas[v]["artifact_sha256"] for v in variants},
-        },
-        "inputs": values,
-        "reference": [
+    result = make_record(
+        "witness81",
+        provenance=task_provenance(
+            spec, artifacts={v: metas[v]["artifact_sha256"] for v in variants}
+        ),
+        inputs=values,
+        reference=[
             {"input": value, "output": output, "output_bits": bits}
             for value, output, bits in zip(values, reference, reference_bits, strict=True)
         ],
-        "variants": result_variants,
-        "cuda_cache": cudacache.current_setting(),
-    }
+        variants=result_variants,
+    )
     write_json(out, result)
     say(f"witness81: wrote {out}")
     return result

@@ -43,7 +43,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,17 +51,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from kbfuse import baselines, cudacache
+from kbfuse import baselines
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.inputs import check_distributions, make_input
-from kbfuse.io import as_float, read_json, write_json
+from kbfuse.io import as_float, write_json
 from kbfuse.kernelbench import TaskSpec, build_model, load_task, read_pin
 from kbfuse.numerics import compare, f32_from_bits, summarize_cases
+from kbfuse.stage import Progress, make_record, read_compile_meta, task_provenance, write_all
 from kbfuse.tails import Tail, model_float, tail_for
 from kbfuse.weights import weights_sha256
 
-SCHEMA_VERSION = 1
 GROUPS = ("full_program", "timing_input", "tail_control", "graph_replay")
 BASELINE_IMPLEMENTATIONS = ("torchscript", "inductor")
 
@@ -93,21 +92,6 @@ GATE_RULE = (
 )
 
 _logger = logging.getLogger("kbfuse.correctness")
-
-
-class Progress:
-    """Progress lines to the `kbfuse.correctness` logger and, when given, appended to a file."""
-
-    def __init__(self, log: str | os.PathLike | None):
-        self.path = Path(log) if log is not None else None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, message: str) -> None:
-        _logger.info(message)
-        if self.path is not None:
-            with open(self.path, "a") as fh:
-                fh.write(message + "\n")
 
 
 # --------------------------------------------------------------------------- request checks
@@ -680,52 +664,27 @@ def _check_variant_request(variants: Any, outs: Any) -> list[str]:
     return names
 
 
-def _variant_meta(name: str, meta_path) -> dict:
-    meta = read_json(meta_path)
-    if not isinstance(meta, dict) or meta.get("variant") != name:
-        found = meta.get("variant") if isinstance(meta, dict) else None
-        raise KbfuseError(f"compile metadata {meta_path} is for variant {found!r}, not {name!r}")
-    return meta
-
-
 def _variant_record(
     task: int, name: str, meta: dict, checks: TaskChecks, request: dict, numerics, result
 ) -> dict:
-    return {
-        "kind": "correctness",
-        "schema_version": SCHEMA_VERSION,
-        "task": int(task),
-        "implementation": name,
-        "provenance": {
-            "variant": name,
-            "kernel": meta.get("kernel"),
-            "route": meta.get("route"),
-            "actual_options": meta.get("actual_options"),
-            "artifact_sha256": meta.get("artifact_sha256"),
-            "pin_commit": checks.spec.pin_commit,
-            "task_sha256": checks.spec.sha256,
-        },
-        "tolerance": request["tolerance"],
-        "shape": _shape(checks),
-        "gate": GATE_RULE,
-        "numerics": numerics,
+    return make_record(
+        "correctness",
+        task=int(task),
+        implementation=name,
+        provenance=task_provenance(
+            checks.spec,
+            variant=name,
+            kernel=meta.get("kernel"),
+            route=meta.get("route"),
+            actual_options=meta.get("actual_options"),
+            artifact_sha256=meta.get("artifact_sha256"),
+        ),
+        tolerance=request["tolerance"],
+        shape=_shape(checks),
+        gate=GATE_RULE,
+        numerics=numerics,
         **result,
-        "cuda_cache": cudacache.current_setting(),
-    }
-
-
-def write_all(records: Mapping[Any, Any]) -> None:
-    """write_json every path -> record, only once all are computed; if one write fails, the
-    files already written are removed again, so a failure leaves no partial set behind."""
-    written: list[Path] = []
-    try:
-        for path, record in records.items():
-            write_json(path, record)
-            written.append(Path(path))
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
+    )
 
 
 def run_correctness_variants(
@@ -750,10 +709,10 @@ def run_correctness_variants(
     """
     from kbfuse.launch import LoadedModule
 
-    progress = Progress(log)
+    progress = Progress(log, _logger)
     request = check_request(seeds, distributions, tolerance, input_seed)
     names = _check_variant_request(variants, outs)
-    metas = {name: _variant_meta(name, variants[name][1]) for name in names}
+    metas = {name: read_compile_meta(variants[name][1], name) for name in names}
     checks, numerics = _load(task, checkout, pin_path, request, progress)
     makers = []
     for name in names:
@@ -817,7 +776,7 @@ def run_baselines(
     implementations: Sequence[str] = BASELINE_IMPLEMENTATIONS,
 ) -> dict:
     """Check the compiled baselines like a variant; write correctness/{task}/baselines.json."""
-    progress = Progress(log)
+    progress = Progress(log, _logger)
     request = check_request(seeds, distributions, tolerance, input_seed)
     for name in implementations:
         if name not in BASELINE_IMPLEMENTATIONS:
@@ -834,18 +793,16 @@ def run_baselines(
     results = checks.run_all(makers)
     del makers
     torch.cuda.empty_cache()
-    record = {
-        "kind": "correctness_baselines",
-        "schema_version": SCHEMA_VERSION,
-        "task": int(task),
-        "provenance": {"pin_commit": checks.spec.pin_commit, "task_sha256": checks.spec.sha256},
-        "tolerance": request["tolerance"],
-        "shape": _shape(checks),
-        "gate": GATE_RULE,
-        "numerics": numerics,
-        "implementations": results,
-        "cuda_cache": cudacache.current_setting(),
-    }
-    write_json(out, record)
+    result = make_record(
+        "correctness_baselines",
+        task=int(task),
+        provenance=task_provenance(checks.spec),
+        tolerance=request["tolerance"],
+        shape=_shape(checks),
+        gate=GATE_RULE,
+        numerics=numerics,
+        implementations=results,
+    )
+    write_json(out, result)
     progress(f"wrote {out}")
-    return record
+    return result

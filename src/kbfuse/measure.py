@@ -31,6 +31,10 @@ import numpy as np
 from kbfuse.errors import KbfuseError
 
 METHODS = ("events", "graph")
+SCOPES = ("full", "tail")
+MEASUREMENT_KEYS = tuple(f"{scope}/{method}" for scope in SCOPES for method in METHODS)
+COMPILED_BASELINES = ("torchscript", "inductor")
+PROTOCOL_KEYS = ("warmup", "rounds", "invocations_per_pair", "order_seed", "input_seed")
 
 _logger = logging.getLogger("kbfuse.measure")
 
@@ -195,6 +199,63 @@ def position_effect(samples: Sequence[float], positions: Sequence[int]) -> dict 
 
 
 # --------------------------------------------------------------------------- GPU timing
+
+
+def check_protocol(protocol: Mapping[str, Any]) -> dict:
+    """The timing protocol as a plain dict of its five integer keys; KbfuseError otherwise."""
+    if not isinstance(protocol, Mapping):
+        raise KbfuseError(f"timing protocol must be a mapping, got {protocol!r}")
+    missing = [key for key in PROTOCOL_KEYS if key not in protocol]
+    if missing:
+        raise KbfuseError(f"timing protocol is missing key(s) {missing}")
+    checked = {
+        "warmup": int_at_least(protocol["warmup"], "timing.warmup"),
+        "rounds": int_at_least(protocol["rounds"], "timing.rounds"),
+        "invocations_per_pair": int_at_least(
+            protocol["invocations_per_pair"], "timing.invocations_per_pair"
+        ),
+        "order_seed": int_at_least(protocol["order_seed"], "timing.order_seed", minimum=0),
+        "input_seed": int_at_least(protocol["input_seed"], "timing.input_seed", minimum=0),
+    }
+    return checked
+
+
+def best_compiled(measurements: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The faster of TorchScript and Inductor by median (None when neither was timed)."""
+    timed = [name for name in COMPILED_BASELINES if name in measurements]
+    if not timed:
+        return None
+    return min(timed, key=lambda name: (measurements[name]["median_ms"], timed.index(name)))
+
+
+def assemble_scope(
+    samples: Mapping[str, Sequence[float]],
+    positions: Mapping[str, Sequence[int]],
+    baseline_names: Sequence[str],
+    variant_names: Sequence[str],
+) -> tuple[dict, dict]:
+    """(measurements, ratios) of one scope/method from its raw per-round samples and the
+    position each sample ran at in its round."""
+    expected = [*baseline_names, *variant_names]
+    missing = [name for name in expected if name not in samples or name not in positions]
+    if missing:
+        raise KbfuseError(f"no samples for {missing}")
+    measurements = {name: stats(samples[name], positions[name]) for name in expected}
+    best = best_compiled({name: measurements[name] for name in baseline_names})
+    cycle = len(expected)
+    ratios = {}
+    for variant in variant_names:
+        entry = {
+            f"vs_{name}": paired_ratios(samples[name], samples[variant], cycle)
+            for name in baseline_names
+        }
+        if best is not None:
+            entry["vs_best_compiled"] = {
+                "baseline": best,
+                **paired_ratios(samples[best], samples[variant], cycle),
+            }
+        ratios[variant] = entry
+    return measurements, ratios
 
 
 def time_interleaved(

@@ -28,16 +28,16 @@ import torch
 
 from kbfuse import cudacache
 from kbfuse.errors import KbfuseError
-from kbfuse.io import read_json, write_json, write_text
+from kbfuse.io import read_json
 from kbfuse.kernelbench import build_model, load_task, read_pin
 from kbfuse.launch import LoadedModule, run_tail, run_witness
 from kbfuse.numerics import f32_bits_hex
 from kbfuse.routes import parse_option, requested_ftz
+from kbfuse.stage import Progress, make_record, read_compile_meta, write_all
 from kbfuse.tails import tail_for
 
 _log = logging.getLogger("kbfuse.verify")
 
-SCHEMA_VERSION = 1
 WITNESS_INPUT = 1e-10
 WITNESS_SCALE = 1e-30
 TASK81_INPUTS = (-88.0, -87.5)
@@ -212,28 +212,27 @@ def verify_variants(
     has no task 81 (each record then has an empty `task81` and says why in `task81_note`).
     Progress goes to the "kbfuse.verify" logger and, when `log` is given, to that file as well.
     """
-    lines = _Progress()
+    say = Progress(log, _log, fresh=True)
     try:
         names = _check_variants(variants, outs)
-        metas = {name: _checked_meta(Path(variants[name][1]), name) for name in names}
+        metas = {
+            name: read_compile_meta(variants[name][1], name, REQUIRED_META_KEYS) for name in names
+        }
         pin = read_pin(pin_path) if pin_path is not None else None
         witness81: list[Task81Witness] = []  # built with the first loaded module
         records = {}
         for name in names:
             artifact = Path(variants[name][0])
             records[name] = _verify(
-                artifact, metas[name], Path(checkout), pin, pin_path, lines, witness81
+                artifact, metas[name], Path(checkout), pin, pin_path, say, witness81
             )
         write_all({outs[name]: records[name] for name in names})
         for name in names:
-            lines.append(f"wrote {outs[name]}")
+            say(f"wrote {outs[name]}")
         return records
     except Exception as exc:
-        lines.append(f"failed: {exc}")
+        say(f"failed: {exc}")
         raise
-    finally:
-        if log is not None:
-            write_text(log, "\n".join(lines) + "\n")
 
 
 def verify_variant(
@@ -249,20 +248,6 @@ def verify_variant(
     name = _meta_variant(meta_path)
     records = verify_variants({name: (artifact, meta_path)}, checkout, pin_path, {name: out}, log)
     return records[name]
-
-
-def write_all(records: Mapping) -> None:
-    """write_json every path -> record; if one write fails, the files already written are
-    removed again, so a failure leaves no partial set behind."""
-    written: list[Path] = []
-    try:
-        for path, record in records.items():
-            write_json(path, record)
-            written.append(Path(path))
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
 
 
 def _meta_variant(meta_path) -> str | None:
@@ -289,40 +274,18 @@ def _check_variants(variants, outs) -> list:
     return list(variants)
 
 
-class _Progress(list):
-    """Lines kept for the log file and echoed to the logger as they come."""
-
-    def append(self, line: str) -> None:
-        _log.info("%s", line)
-        super().append(line)
-
-
-def _checked_meta(meta_path: Path, name) -> dict:
-    meta = read_json(meta_path)
-    if not isinstance(meta, dict) or meta.get("kind") != "compile":
-        raise KbfuseError(f"compile metadata {meta_path} is not a compile record (kind 'compile')")
-    missing = [key for key in REQUIRED_META_KEYS if key not in meta]
-    if missing:
-        raise KbfuseError(f"compile metadata {meta_path} lacks key(s) {missing}")
-    if meta["variant"] != name:
-        raise KbfuseError(
-            f"compile metadata {meta_path} is for variant {meta['variant']!r}, not {name!r}"
-        )
-    return meta
-
-
 def _verify(
-    artifact: Path, meta: dict, checkout: Path, pin, pin_path, lines, witness81: list
+    artifact: Path, meta: dict, checkout: Path, pin, pin_path, say, witness81: list
 ) -> dict:
     requested = requested_ftz(meta["requested_options"])
     expected = bool(meta["expected_ftz"])
     cache_setting = cudacache.current_setting()
-    lines.append(f"variant {meta['variant']} route {meta['route']} artifact {artifact}")
-    lines.append(f"cuda cache: {cache_setting}")
+    say(f"variant {meta['variant']} route {meta['route']} artifact {artifact}")
+    say(f"cuda cache: {cache_setting}")
 
     mod = LoadedModule.load(artifact, meta)
     witness, effective = measure_witness(mod)
-    lines.append(
+    say(
         f"witness_mul({WITNESS_INPUT}, {WITNESS_SCALE}) = {witness['output']!r} "
         f"({witness['output_bits']}): effective FTZ {effective}"
     )
@@ -333,7 +296,7 @@ def _verify(
         task81 = witness81[0].measure(mod)
         task81_note = None
         for r in task81:
-            lines.append(
+            say(
                 f"tail81({r['input']}) = {r['output']!r} ({r['output_bits']}), eager "
                 f"{r['reference']!r} ({r['reference_bits']})"
             )
@@ -341,7 +304,7 @@ def _verify(
         task81 = []
         where = "the study" if pin is None else f"the pin record {pin_path}"
         task81_note = f"task 81 is not in {where}: no task-81 tail witness was run"
-        lines.append(task81_note)
+        say(task81_note)
 
     finding = describe_finding(
         meta["variant"],
@@ -352,22 +315,21 @@ def _verify(
         list(meta["actual_options"]),
         list(meta["implicit_options"]),
     )
-    lines.append(f"finding: {finding}")
-    return {
-        "kind": "verify",
-        "schema_version": SCHEMA_VERSION,
-        "variant": meta["variant"],
-        "route": meta["route"],
-        "kernel": meta["kernel"],
-        "artifact_sha256": meta["artifact_sha256"],
-        "requested_ftz": requested,
-        "expected_ftz": expected,
-        "effective_ftz": effective,
-        "witness": witness,
-        "task81": task81,
-        "task81_note": task81_note,
-        "mismatch": expected != effective,
-        "requested_mismatch": requested is not None and requested != effective,
-        "finding": finding,
-        "cuda_cache": cache_setting,
-    }
+    say(f"finding: {finding}")
+    return make_record(
+        "verify",
+        variant=meta["variant"],
+        route=meta["route"],
+        kernel=meta["kernel"],
+        artifact_sha256=meta["artifact_sha256"],
+        requested_ftz=requested,
+        expected_ftz=expected,
+        effective_ftz=effective,
+        witness=witness,
+        task81=task81,
+        task81_note=task81_note,
+        mismatch=expected != effective,
+        requested_mismatch=requested is not None and requested != effective,
+        finding=finding,
+        cuda_cache=cache_setting,
+    )

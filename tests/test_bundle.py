@@ -24,8 +24,8 @@ from kbfuse.bundle import (
 )
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json
+from kbfuse.layout import summary_inputs
 from kbfuse.manifest import build_manifest, verify_manifest
-from kbfuse.summary import summary_inputs
 
 
 def result_files(root: Path, config: dict) -> list[str]:

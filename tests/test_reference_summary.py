@@ -39,7 +39,8 @@ from kbfuse.bundle import verify_bundle
 from kbfuse.config import load_config
 from kbfuse.io import read_json
 from kbfuse.kernelbench import recorded_config
-from kbfuse.summary import build_tables, summary_outputs
+from kbfuse.layout import summary_outputs
+from kbfuse.summary import build_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results/reference/h200"

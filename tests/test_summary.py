@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kbfuse import protocol, summary
+from kbfuse import layout, protocol, summary
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_bytes, write_bytes, write_json
 from kbfuse.numerics import f32_bits_hex
@@ -884,7 +884,7 @@ def test_write_summary_writes_exactly_the_declared_outputs(study, tmp_path):
     out1, out2 = tmp_path / "s1", tmp_path / "s2"
     written = summary.write_summary(root, config, out1)
     names = sorted(p.name for p in written)
-    assert names == sorted(summary.summary_outputs(config))
+    assert names == sorted(layout.summary_outputs(config))
     assert sorted(p.name for p in out1.iterdir()) == names
     assert (out1 / "tail_time_81.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out1 / "control_bit_equality.png").stat().st_size > 1000
@@ -899,15 +899,15 @@ def test_write_summary_writes_exactly_the_declared_outputs(study, tmp_path):
 def test_every_summary_output_has_a_report_caption():
     config = make_config(tasks=(53, 81, 95))
     captions = REPO / "workflow" / "report"
-    for output in summary.summary_outputs(config):
-        caption = captions / summary.caption_name(output)
+    for output in layout.summary_outputs(config):
+        caption = captions / layout.caption_name(output)
         assert caption.is_file(), caption
         assert len(caption.read_text().strip()) > 40
 
 
 def test_summary_inputs_name_every_file_read(study):
     root, config = study
-    inputs = summary.summary_inputs(config, root)
+    inputs = layout.summary_inputs(config, root)
     assert len(inputs) == len(set(inputs))
     assert all(Path(p).is_file() for p in inputs)
     assert str(root / "controls/witness81.json") in inputs

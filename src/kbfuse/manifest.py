@@ -24,11 +24,12 @@ from typing import Any
 from kbfuse import __version__, records
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_text
+from kbfuse.layout import RECORDS
 
 MANIFEST_KIND = "manifest"
 SCHEMA_VERSION = 1
-FINGERPRINT = "env/fingerprint.json"
-PIN = "kernelbench/pin.json"
+FINGERPRINT = RECORDS["env"].path
+PIN = RECORDS["kernelbench_pin"].path
 
 
 def content_sha256(manifest: Mapping[str, Any]) -> str:

@@ -36,22 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from kbfuse.errors import KbfuseError
+from kbfuse.layout import RECORDS
 
 MAX_RECORD_BYTES = 64 << 20
-SCHEMA_KINDS = (
-    "kernelbench_pin",
-    "env",
-    "compile",
-    "verify",
-    "correctness",
-    "correctness_baselines",
-    "timing",
-    "controls",
-    "witness81",
-    "margin_audit",
-    "direction_witness",
-    "manifest",
-)
+# Every result record (kbfuse.layout.RECORDS) and the manifest has a schema of its own.
+SCHEMA_KINDS = (*RECORDS, "manifest")
 _SHOWN_ERRORS = 5
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kbfuse import layout
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json
 
@@ -32,16 +33,16 @@ SCOPE, METHOD = "tail", "graph"
 TARGET_KERNELS = ("fast",)
 MAX_RATIO_VS_INDUCTOR = 1.00
 MIN_PCT_OF_FLOOR = 85.0
-FINGERPRINT = "env/fingerprint.json"
+FINGERPRINT = layout.RECORDS["env"].path
 
 
 def timing_path(results: str | Path, task: int) -> Path:
-    return Path(results) / "timing" / f"{int(task)}.json"
+    return Path(layout.record("timing", results, task=int(task)))
 
 
 def timing_tasks(results: str | Path) -> list[int]:
     """The tasks that have a timing file under `results`, in numeric order."""
-    folder = Path(results) / "timing"
+    folder = Path(layout.record("timing", results, task=0)).parent
     return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
 
 
@@ -75,7 +76,7 @@ def kernel_of(results: str | Path, timing: Mapping, variant: str) -> tuple[str |
     recorded = (timing.get("provenance") or {}).get("kernels")
     if isinstance(recorded, Mapping) and isinstance(recorded.get(variant), str):
         return recorded[variant], "timing"
-    path = Path(results) / "compile" / variant / "meta.json"
+    path = Path(layout.record("compile", results, variant=variant))
     if not path.is_file():
         return None, f"no kernel recorded and no {path}"
     try:

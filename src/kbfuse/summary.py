@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,17 +26,9 @@ import pandas as pd
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import as_float, write_text
+from kbfuse.layout import PLOT_CONTROL_BIT_EQUALITY, TABLES, result_paths, tail_plot_name
 from kbfuse.measure import position_effect
 from kbfuse.records import inside, parse_json, read_limited, staged, validate_record
-from kbfuse.summary_layout import (  # noqa: F401 - re-exported for callers of kbfuse.summary
-    PLOT_CONTROL_BIT_EQUALITY,
-    TABLES,
-    caption_name,
-    result_paths,
-    summary_inputs,
-    summary_outputs,
-    tail_plot_name,
-)
 
 SCHEMA_VERSION = 1
 BASELINE_IMPLS = ("eager", "torchscript", "inductor")
@@ -70,21 +62,6 @@ class StudyResults:
         return list(self.config["variants"])
 
 
-_KINDS = {
-    "pin": "kernelbench_pin",
-    "env": "env",
-    "compile": "compile",
-    "verify": "verify",
-    "correctness": "correctness",
-    "baselines": "correctness_baselines",
-    "timing": "timing",
-    "controls": "controls",
-    "witness81": "witness81",
-    "margin_audit": "margin_audit",
-    "direction_witness": "direction_witness",
-}
-
-
 def _read_result(path: Path, kind: str) -> dict:
     if not path.is_file():
         raise KbfuseError(f"summary input {path} is missing")
@@ -102,6 +79,17 @@ def _read_result(path: Path, kind: str) -> dict:
     return data
 
 
+# Record kind -> the StudyResults field holding its records by variant, task or (task, variant).
+_BY_TASK_OR_VARIANT = {
+    "compile": "compile_meta",
+    "verify": "verify",
+    "correctness": "correctness",
+    "correctness_baselines": "baselines",
+    "timing": "timing",
+    "controls": "controls",
+}
+
+
 def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyResults:
     """Read every result file the config implies and check their provenance."""
     root = Path(results_dir)
@@ -109,25 +97,21 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
     paths: dict[tuple, Path] = {}
     for key, rel in result_paths(config).items():
         paths[key] = inside(root, rel)
-        loaded[key] = _read_result(paths[key], _KINDS[key[0]])
+        loaded[key] = _read_result(paths[key], key[0])
     res = StudyResults(
         config=config,
         root=root,
-        pin=loaded[("pin",)],
+        pin=loaded[("kernelbench_pin",)],
         fingerprint=loaded[("env",)],
         witness81=loaded.get(("witness81",)),
         margin_audit=loaded[("margin_audit",)],
         direction_witness=loaded[("direction_witness",)],
         paths=paths,
     )
-    for key, data in loaded.items():
-        stage = key[0]
-        if stage in ("compile", "verify"):
-            getattr(res, "compile_meta" if stage == "compile" else "verify")[key[1]] = data
-        elif stage == "correctness":
-            res.correctness[(key[1], key[2])] = data
-        elif stage in ("baselines", "timing", "controls"):
-            getattr(res, stage)[key[1]] = data
+    for (kind, *where), data in loaded.items():
+        if kind in _BY_TASK_OR_VARIANT:
+            key = tuple(where) if len(where) > 1 else where[0]
+            getattr(res, _BY_TASK_OR_VARIANT[kind])[key] = data
     check_provenance(res)
     return res
 
@@ -154,7 +138,7 @@ def _expect(path: Path, dotted: str, recorded: Any, current: Any, source: str) -
 
 def check_provenance(res: StudyResults) -> None:
     """Every recorded artifact sha256 / pin commit / task sha256 must match the current ones."""
-    pin_path = res.paths[("pin",)]
+    pin_path = res.paths[("kernelbench_pin",)]
     pin_commit = _field(res.pin, "commit", pin_path)
     _expect(pin_path, "commit", pin_commit, res.config["kernelbench"]["commit"], "the config")
     pin_tasks = _field(res.pin, "tasks", pin_path)
@@ -206,7 +190,7 @@ def check_provenance(res: StudyResults) -> None:
         )
         pin_fields(corr, path, task)
     for task, base in res.baselines.items():
-        path = res.paths[("baselines", task)]
+        path = res.paths[("correctness_baselines", task)]
         _expect(path, "task", _field(base, "task", path), task, "its path")
         pin_fields(base, path, task)
     for task, tim in res.timing.items():
@@ -852,32 +836,26 @@ def environment_table(res: StudyResults) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["field", "value"])
 
 
-_BUILDERS = {
-    "correctness": correctness_table,
-    "correctness_cases": correctness_cases_table,
-    "baseline_bit_identity": baseline_bit_identity_table,
-    "compiler_contract": compiler_contract_table,
-    "timing_full": lambda res: timing_table(res, "full"),
-    "timing_tail": lambda res: timing_table(res, "tail"),
-    "small_shapes": small_shapes_table,
-    "ftz_cost": ftz_cost_table,
-    "position_effect": position_effect_table,
-    "tiny_values": tiny_values_table,
-    "exhaustive": exhaustive_table,
-    "control_bit_equality": control_bit_equality_table,
-    "witness81": witness81_table,
-    "toolchains": toolchains_table,
-    "margin_audit": margin_audit_table,
-    "direction_witness": direction_witness_table,
-    "skipped": skipped_table,
-    "environment": environment_table,
-}
-assert list(_BUILDERS) == list(TABLES)
+def timing_full_table(res: StudyResults) -> pd.DataFrame:
+    return timing_table(res, "full")
+
+
+def timing_tail_table(res: StudyResults) -> pd.DataFrame:
+    return timing_table(res, "tail")
+
+
+def builders() -> dict[str, Callable[[StudyResults], pd.DataFrame]]:
+    """Table name -> its builder: `<name>_table` of this module, for every table of
+    kbfuse.layout.TABLES, in that order (a table without a builder is an error here)."""
+    missing = [name for name in TABLES if not callable(globals().get(f"{name}_table"))]
+    if missing:
+        raise KbfuseError(f"summary tables {missing} have no builder (<name>_table)")
+    return {name: globals()[f"{name}_table"] for name in TABLES}
 
 
 def tables_from_results(res: StudyResults) -> dict[str, pd.DataFrame]:
     tables = {}
-    for name, build in _BUILDERS.items():
+    for name, build in builders().items():
         try:
             tables[name] = build(res)
         except (KeyError, TypeError, AttributeError) as exc:

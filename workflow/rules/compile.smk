@@ -4,12 +4,12 @@ rule compile_variant:
         headers=variant_headers,
         code=module_files("compile"),
     output:
-        artifact="results/compile/{variant}/tails.bin",
-        meta="results/compile/{variant}/meta.json",
+        artifact=layout.file("artifact"),
+        meta=layout.record("compile"),
     log:
-        "results/logs/compile/{variant}.log",
+        layout.log("compile/{variant}"),
     benchmark:
-        "results/benchmarks/compile/{variant}.tsv"
+        layout.benchmark("compile/{variant}")
     conda:
         ENV
     resources:

@@ -4,11 +4,11 @@ rule correctness_variants:
         artifacts=artifact_files(),
         code=module_files("correctness"),
     output:
-        expand("results/correctness/{{task}}/{variant}.json", variant=VARIANTS),
+        [layout.record("correctness", variant=v) for v in VARIANTS],
     log:
-        "results/logs/correctness/{task}/variants.log",
+        layout.log("correctness/{task}/variants"),
     benchmark:
-        "results/benchmarks/correctness/{task}/variants.tsv"
+        layout.benchmark("correctness/{task}/variants")
     conda:
         ENV
     resources:
@@ -29,11 +29,11 @@ rule correctness_baselines:
         unpack(task_inputs),
         code=module_files("correctness"),
     output:
-        "results/correctness/{task}/baselines.json",
+        layout.record("correctness_baselines"),
     log:
-        "results/logs/correctness/{task}/baselines.log",
+        layout.log("correctness/{task}/baselines"),
     benchmark:
-        "results/benchmarks/correctness/{task}/baselines.tsv"
+        layout.benchmark("correctness/{task}/baselines")
     conda:
         ENV
     resources:

@@ -2,9 +2,9 @@ rule direction_witness:
     input:
         code=module_files("protocol"),
     output:
-        "results/protocol/direction_witness.json",
+        layout.record("direction_witness"),
     log:
-        "results/logs/protocol/direction_witness.log",
+        layout.log("protocol/direction_witness"),
     conda:
         ENV
     params:
@@ -18,9 +18,9 @@ rule margin_audit:
         results=gpu_results(),
         code=module_files("protocol"),
     output:
-        "results/protocol/margin_audit.json",
+        layout.record("margin_audit"),
     log:
-        "results/logs/protocol/margin_audit.log",
+        layout.log("protocol/margin_audit"),
     conda:
         ENV
     script:

@@ -27,7 +27,6 @@ from kbfuse.correctness import (
     CONTROL_ROWS,
     GROUPS,
     assemble,
-    bound_values,
     check_case,
     check_request,
     control_inputs,
@@ -37,14 +36,13 @@ from kbfuse.correctness import (
     run_correctness,
     run_correctness_variants,
     tiny_values,
-    ulp_window,
     value_rows,
 )
 from kbfuse.errors import KbfuseError
 from kbfuse.io import jsonable, read_json, write_json
 from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
 from kbfuse.numerics import CASE_RECORD_KEYS
-from kbfuse.tails import tail_for
+from kbfuse.tails import tail_for, ulp_window
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "kernels" / "naive.cu"
@@ -193,7 +191,7 @@ def test_ulp_window_is_consecutive_float32_values():
 
 def test_task53_bounds_and_the_prescale_values_that_land_on_them(pinned):
     model = cpu_model(pinned, 53)
-    values = bound_values(53, model)
+    values = tail_for(53).bound_values(model)
     scale = np.float32(model.scaling_factor)
     for bound in (np.float32(model.hardtanh.min_val), np.float32(model.hardtanh.max_val)):
         neighbours = {
@@ -208,7 +206,7 @@ def test_task53_bounds_and_the_prescale_values_that_land_on_them(pinned):
 
 
 def test_task81_bounds_straddle_the_upper_clamp(pinned):
-    values = torch.tensor(bound_values(81, cpu_model(pinned, 81)))
+    values = torch.tensor(tail_for(81).bound_values(cpu_model(pinned, 81)))
     for bound in (-1.0, 1.0):
         assert bound in values.tolist()
     clamp_input = values * torch.sigmoid(values) / 2.0  # task 81's ops before the clamp
@@ -218,7 +216,9 @@ def test_task81_bounds_straddle_the_upper_clamp(pinned):
 
 
 def test_task95_bounds(pinned):
-    assert bound_values(95, cpu_model(pinned, 95)) == ulp_window(-1.0, 1) + ulp_window(1.0, 1)
+    assert tail_for(95).bound_values(cpu_model(pinned, 95)) == ulp_window(-1.0, 1) + ulp_window(
+        1.0, 1
+    )
 
 
 def test_tiny_and_large_values_cover_the_ftz_hazards():
@@ -252,7 +252,7 @@ def test_control_inputs_and_why_nan_cases_need_equal_nan(pinned, task):
     model = cpu_model(pinned, task)
     tail = tail_for(task)
     cols = tail.linear(model).out_features
-    controls = control_inputs(task, model, cols)
+    controls = control_inputs(tail, model, cols)
     assert list(controls) == ["tail/bounds", "tail/zeros_tiny", "tail/large", "tail/nonfinite"]
     for y in controls.values():
         assert y.shape == (CONTROL_ROWS, cols) and y.dtype == torch.float32

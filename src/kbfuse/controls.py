@@ -50,12 +50,12 @@ from kbfuse.stage import (
     read_compile_metas,
     task_provenance,
 )
+from kbfuse.tasks import WITNESS_INPUTS, WITNESS_TASK
 from kbfuse.weights import weights_sha256
 
 # The study built the small-shape model (and drew its input) right after seeding 371.
 SMALL_SHAPE_SEED = 371
 SMALL_SHAPE_GROUP = "small_shape"
-WITNESS81_INPUTS = (-88.0, -87.5)
 TINY_GROUP = "tiny_values"
 _FTZ_OPTION = re.compile(r"^-{1,2}ftz(=.*)?$")
 _SIGN_BIT = 0x80000000
@@ -523,7 +523,7 @@ def run_witness81(
     pin_path: str | os.PathLike,
     out: str | os.PathLike,
     log: str | os.PathLike | None = None,
-    inputs: Sequence[float] = WITNESS81_INPUTS,
+    inputs: Sequence[float] = WITNESS_INPUTS,
 ) -> dict:
     """Task 81's eager tail against every variant at the witness inputs; values and bits."""
     import torch
@@ -534,8 +534,8 @@ def run_witness81(
         raise KbfuseError(f"witness81 inputs {list(inputs)!r} must be finite numbers")
     metas = read_compile_metas(variants)
     pin = kernelbench.read_pin(pin_path)
-    spec = kernelbench.load_task(checkout, pin, 81)
-    tail = tails.tail_for(81)
+    spec = kernelbench.load_task(checkout, pin, WITNESS_TASK)
+    tail = tails.tail_for(WITNESS_TASK)
     baseline_builders.set_numerics()
     model = kernelbench.build_model(spec, seed=0)  # task 81's tail has no parameters
 

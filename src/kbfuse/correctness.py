@@ -59,7 +59,7 @@ from kbfuse.io import as_float, write_json
 from kbfuse.kernelbench import TaskSpec, build_model, load_task, read_pin
 from kbfuse.numerics import compare, f32_from_bits, summarize_cases
 from kbfuse.stage import Progress, make_record, read_compile_meta, task_provenance, write_all
-from kbfuse.tails import Tail, model_float, tail_for
+from kbfuse.tails import Tail, tail_for
 from kbfuse.weights import weights_sha256
 
 GROUPS = ("full_program", "timing_input", "tail_control", "graph_replay")
@@ -79,11 +79,6 @@ GRAPH_REPLAY_SEED = 1001
 GRAPH_WEIGHT_SEED = 1002
 GRAPH_ADD_SEED = 1003
 LINEAR_OUTPUT_SEED = 0
-
-# Clamp bounds written as literals in the pinned forward bodies (task 53's come from the
-# model's nn.Hardtanh). Task 81 clamps swish(x)/2 to [-1, 1] and then tanh of that again;
-# task 95 applies hardtanh(-1, 1) after GELU(tanh(.)).
-LITERAL_BOUNDS = {81: (-1.0, 1.0), 95: (-1.0, 1.0)}
 
 GATE_RULE = (
     "official predicate torch.allclose(reference, candidate, atol, rtol, equal_nan=False) on "
@@ -139,58 +134,6 @@ def _f32(x: float) -> float:
     return float(np.float32(x))
 
 
-def ulp_window(x: float, steps: int) -> list[float]:
-    """float32(x) and its `steps` float32 neighbours on each side, ascending."""
-    centre = np.float32(x)
-    below, above = [], []
-    lo = hi = centre
-    for _ in range(steps):
-        lo = np.nextafter(lo, np.float32(-np.inf))
-        hi = np.nextafter(hi, np.float32(np.inf))
-        below.append(float(lo))
-        above.append(float(hi))
-    return below[::-1] + [float(centre)] + above
-
-
-def _swish_half_crossing(level: float) -> float:
-    """x > 0 with x * sigmoid(x) / 2 == level, in float64 (bisection; monotonic for x > 0)."""
-    lo, hi = 0.0, 64.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid / (1 + math.exp(-mid)) / 2 < level:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def bound_values(task: int, model) -> list[float]:
-    """Tail inputs at and next to the task's clamp bounds, and inputs that land on them.
-
-    53: hardtanh bounds from the model, their neighbours, and the pre-scale values
-        bound / scaling_factor (+- 2 ulps) that the scale maps onto them;
-    81: the clamp bounds +-1 and neighbours, and +-4 ulps around the input whose
-        swish(x)/2 reaches the upper clamp (the lower one, -1, is below swish's minimum);
-    95: the hardtanh bounds +-1 and neighbours (add parameter: see the minus-add control).
-    """
-    if task == 53:
-        scale = model_float(model, "scaling_factor", task)
-        bounds = [
-            model_float(model, "hardtanh.min_val", task),
-            model_float(model, "hardtanh.max_val", task),
-        ]
-        values = [v for b in bounds for v in ulp_window(float(b), 1)]
-        for b in bounds:
-            values += ulp_window(float(np.float32(b) / scale), 2)
-    elif task in LITERAL_BOUNDS:
-        values = [v for b in LITERAL_BOUNDS[task] for v in ulp_window(b, 1)]
-        if task == 81:
-            values += ulp_window(_swish_half_crossing(LITERAL_BOUNDS[81][1]), 4)
-    else:
-        raise KbfuseError(f"task {task} has no boundary controls")
-    return sorted(set(values))
-
-
 def tiny_values() -> list[float]:
     """Signed zeros, subnormals (smallest, largest, between) and small normal values."""
     smallest_subnormal = f32_from_bits(0x00000001)
@@ -237,10 +180,10 @@ def mixed_rows(pattern: Sequence[float], cols: int, rows: int = CONTROL_ROWS) ->
     return values[index].contiguous()
 
 
-def control_inputs(task: int, model, cols: int) -> dict[str, torch.Tensor]:
+def control_inputs(tail: Tail, model, cols: int) -> dict[str, torch.Tensor]:
     """The tail-control inputs (CPU tensors, CONTROL_ROWS x cols) by case name."""
     return {
-        "tail/bounds": value_rows(bound_values(task, model), cols),
+        "tail/bounds": value_rows(tail.bound_values(model), cols),
         "tail/zeros_tiny": value_rows(tiny_values(), cols),
         "tail/large": value_rows(large_values(), cols),
         "tail/nonfinite": mixed_rows(NONFINITE_PATTERN, cols),
@@ -444,11 +387,12 @@ class TaskChecks:
         y = self.linear_output(self.input("uniform", LINEAR_OUTPUT_SEED))
         controls = {"tail/linear_output": y}
         cols = self.linear.out_features
-        for name, values in control_inputs(self.spec.task, self.model, cols).items():
+        for name, values in control_inputs(self.tail, self.model, cols).items():
             controls[name] = values.to(self.device)
-        if self.spec.task == 95:
+        offset = self.tail.column_offset(self.model)
+        if offset is not None:
             # (v - add) + add lands on or next to v: the bound values after the add.
-            add = self.tail.add_value(self.model).detach()
+            add = offset.detach()
             with torch.no_grad():
                 controls["tail/bounds_minus_add"] = (controls["tail/bounds"] - add).contiguous()
         return controls
@@ -488,10 +432,10 @@ class TaskChecks:
             with torch.no_grad():
                 self.linear.weight.add_(1e-5)
             cases.append(self.replay_case(replay, "graph/weight_add_1e-5", subject))
-            if self.spec.task == 95:
+            for name, param in self.tail.tail_parameters(self.model).items():
                 with torch.no_grad():
-                    self.tail.add_value(self.model).add_(0.01)
-                cases.append(self.replay_case(replay, "graph/add_value_add_0.01", subject))
+                    param.add_(0.01)
+                cases.append(self.replay_case(replay, f"graph/{name}_add_0.01", subject))
             # ... then fresh draws, which a replay of stale data cannot pass by being close.
             with torch.no_grad():
                 static_x.copy_(self.input("uniform", GRAPH_REPLAY_SEED))
@@ -502,11 +446,10 @@ class TaskChecks:
                     getattr(self.linear, name).copy_(value)
             cases.append(self.replay_case(replay, "graph/new_weights", subject))
 
-            if self.spec.task == 95:
-                add = self.tail.add_value(self.model)
+            for name, param in self.tail.tail_parameters(self.model).items():
                 with torch.no_grad():
-                    add.copy_(make_input("normal", tuple(add.shape), GRAPH_ADD_SEED).to(add))
-                cases.append(self.replay_case(replay, "graph/new_add_value", subject))
+                    param.copy_(make_input("normal", tuple(param.shape), GRAPH_ADD_SEED).to(param))
+                cases.append(self.replay_case(replay, f"graph/new_{name}", subject))
         finally:
             with torch.no_grad():
                 for name, param in self.model.named_parameters():

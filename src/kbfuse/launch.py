@@ -20,13 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kbfuse import tasks
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file
 from kbfuse.kernelsrc import Launch, LaunchPlan, grid_blocks
 from kbfuse.tails import Tail, pointer
 
 MAX_GRID_X = 2**31 - 1
-KERNEL_NAMES = ("tail53", "tail81", "tail95", "witness_mul")
+KERNEL_NAMES = tasks.KERNEL_NAMES  # every tail kernel and the witness, loaded with the module
 
 # CuPy memoizes RawModule(path=...) per path and device for the life of the process. A path
 # reloaded with different content would silently give the old module, so refuse that.
@@ -189,7 +190,7 @@ def run_witness(
         )
     n = x.numel()
     args = (pointer(x), pointer(out), np.int64(n), np.float32(scale))
-    mod.launch("witness_mul", n, args, x.device)
+    mod.launch(tasks.WITNESS_KERNEL, n, args, x.device)
     return out
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbfuse.tasks import WITNESS_TASK
+
 RESULTS = "results"
 
 
@@ -46,8 +48,8 @@ RECORDS: dict[str, Record] = {
     "correctness_baselines": Record("correctness/{task}/baselines.json"),
     "timing": Record("timing/{task}.json"),
     "controls": Record("controls/{task}.json"),
-    # The minimal task-81 witness: only a study that includes task 81 writes it.
-    "witness81": Record("controls/witness81.json", needs_task=81),
+    # The minimal task-81 witness: only a study that includes the witness task writes it.
+    "witness81": Record("controls/witness81.json", needs_task=WITNESS_TASK),
     "margin_audit": Record("protocol/margin_audit.json"),
     "direction_witness": Record("protocol/direction_witness.json"),
 }

@@ -29,6 +29,7 @@ from kbfuse.io import as_float, write_text
 from kbfuse.layout import PLOT_CONTROL_BIT_EQUALITY, TABLES, result_paths, tail_plot_name
 from kbfuse.measure import position_effect
 from kbfuse.records import inside, parse_json, read_limited, staged, validate_record
+from kbfuse.tasks import WITNESS_TASK
 
 SCHEMA_VERSION = 1
 BASELINE_IMPLS = ("eager", "torchscript", "inductor")
@@ -212,7 +213,7 @@ def check_provenance(res: StudyResults) -> None:
         artifact_map(ctl, path, _control_variants(ctl))
     if res.witness81 is not None:
         path = res.paths[("witness81",)]
-        pin_fields(res.witness81, path, 81)
+        pin_fields(res.witness81, path, WITNESS_TASK)
         artifact_map(res.witness81, path, _field(res.witness81, "variants", path))
 
 

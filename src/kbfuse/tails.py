@@ -7,6 +7,12 @@ scaling factor and hardtanh bounds, task 95's add vector) are read from the mode
 instance, never restated here; constants that live only in a forward body (task 81's
 `/ 2.0` and clamp bounds, task 95's hardtanh bounds) are in kernels/*.cu beside the ops.
 
+The registry also says where each tail's bits are decided: `bound_values` (the inputs at and
+next to its clamp bounds, for the correctness stage's boundary controls), `column_offset`
+(a per-column value added before the bounds: task 95's add vector) and `tail_parameters`
+(the model parameters the kernel reads besides the linear output, which the CUDA-graph checks
+change between replays). Which tasks have a tail, and the kernel names, are in kbfuse.tasks.
+
 Validation is plain tensor metadata and runs on CPU tensors too (`require_cuda=False`), so
 it is unit-tested without a GPU. Argument tuples carry explicit numpy types (np.uint64
 pointers, np.int64 counts, np.float32 scalars) matching the kernel signatures in
@@ -16,6 +22,7 @@ docs/contracts.md.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +30,7 @@ import torch
 from torch import nn
 
 from kbfuse.errors import KbfuseError
+from kbfuse.tasks import TAIL_TASKS, kernel_name
 
 FLOAT32_BYTES = 4
 
@@ -58,6 +66,31 @@ def pointer(t: torch.Tensor) -> np.uint64:
     return np.uint64(t.data_ptr())
 
 
+def ulp_window(x: float, steps: int) -> list[float]:
+    """float32(x) and its `steps` float32 neighbours on each side, ascending."""
+    centre = np.float32(x)
+    below, above = [], []
+    lo = hi = centre
+    for _ in range(steps):
+        lo = np.nextafter(lo, np.float32(-np.inf))
+        hi = np.nextafter(hi, np.float32(np.inf))
+        below.append(float(lo))
+        above.append(float(hi))
+    return below[::-1] + [float(centre)] + above
+
+
+def _swish_half_crossing(level: float) -> float:
+    """x > 0 with x * sigmoid(x) / 2 == level, in float64 (bisection; monotonic for x > 0)."""
+    lo, hi = 0.0, 64.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid / (1 + math.exp(-mid)) / 2 < level:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def model_float(model, attr_path: str, task: int) -> np.float32:
     """A scalar attribute of the model (dotted path), converted to float32 as ATen does.
 
@@ -86,6 +119,8 @@ class Tail:
     task: int
     kernel: str
     linear_attr: str
+    # Clamp bounds written as literals in the pinned forward body (None: read from the model).
+    literal_bounds: tuple[float, float] | None = None
 
     def linear(self, model) -> nn.Module:
         layer = getattr(model, self.linear_attr, None)
@@ -132,6 +167,20 @@ class Tail:
         """Bytes the fused tail reads and writes: y once, out once."""
         return 2 * FLOAT32_BYTES * int(y.numel())
 
+    def bound_values(self, model) -> list[float]:
+        """Tail inputs at and next to the clamp bounds (and neighbours), sorted."""
+        if self.literal_bounds is None:
+            raise KbfuseError(f"task {self.task} has no boundary controls")
+        return sorted({v for b in self.literal_bounds for v in ulp_window(b, 1)})
+
+    def column_offset(self, model) -> torch.Tensor | None:
+        """The per-column value the tail adds before its bounds; None when it adds none."""
+        return None
+
+    def tail_parameters(self, model) -> dict[str, torch.Tensor]:
+        """The model tensors the kernel reads besides y, by attribute name; none by default."""
+        return {}
+
 
 @dataclass(frozen=True)
 class ScaleHardtanhGeluTail(Tail):
@@ -142,6 +191,31 @@ class ScaleHardtanhGeluTail(Tail):
         lo = model_float(model, "hardtanh.min_val", self.task)
         hi = model_float(model, "hardtanh.max_val", self.task)
         return (scale, lo, hi)
+
+    def bound_values(self, model) -> list[float]:
+        """The hardtanh bounds from the model, their neighbours, and the pre-scale values
+        bound / scaling_factor (+- 2 ulps) that the scale maps onto them."""
+        scale = model_float(model, "scaling_factor", self.task)
+        bounds = [
+            model_float(model, "hardtanh.min_val", self.task),
+            model_float(model, "hardtanh.max_val", self.task),
+        ]
+        values = [v for b in bounds for v in ulp_window(float(b), 1)]
+        for b in bounds:
+            values += ulp_window(float(np.float32(b) / scale), 2)
+        return sorted(set(values))
+
+
+@dataclass(frozen=True)
+class SwishClampTail(Tail):
+    """Task 81: swish -> / 2 -> clamp(-1, 1) -> tanh -> clamp(-1, 1)."""
+
+    def bound_values(self, model) -> list[float]:
+        """The clamp bounds +-1 and neighbours, and +-4 ulps around the input whose
+        swish(x)/2 reaches the upper clamp (the lower one, -1, is below swish's minimum)."""
+        values = [v for b in self.literal_bounds for v in ulp_window(b, 1)]
+        values += ulp_window(_swish_half_crossing(self.literal_bounds[1]), 4)
+        return sorted(set(values))
 
 
 @dataclass(frozen=True)
@@ -182,12 +256,30 @@ class AddSwishTanhGeluHardtanhTail(Tail):
     def bytes_moved(self, y) -> int:
         return super().bytes_moved(y) + FLOAT32_BYTES * int(y.shape[1])
 
+    def column_offset(self, model) -> torch.Tensor:
+        return self.add_value(model)
 
-TAILS: dict[int, Tail] = {
-    53: ScaleHardtanhGeluTail(task=53, kernel="tail53", linear_attr="gemm"),
-    81: Tail(task=81, kernel="tail81", linear_attr="gemm"),
-    95: AddSwishTanhGeluHardtanhTail(task=95, kernel="tail95", linear_attr="matmul"),
+    def tail_parameters(self, model) -> dict[str, torch.Tensor]:
+        return {self.add_attr: self.add_value(model)}
+
+
+# The implementation of each task of kbfuse.tasks.TAIL_TASKS. Clamp bounds written as literals
+# in the pinned forward bodies (task 53's come from the model's nn.Hardtanh): task 81 clamps
+# swish(x)/2 to [-1, 1] and then tanh of that again; task 95 applies hardtanh(-1, 1) after
+# GELU(tanh(.)).
+_IMPLEMENTATIONS: dict[int, tuple[type[Tail], dict]] = {
+    53: (ScaleHardtanhGeluTail, {"linear_attr": "gemm"}),
+    81: (SwishClampTail, {"linear_attr": "gemm", "literal_bounds": (-1.0, 1.0)}),
+    95: (AddSwishTanhGeluHardtanhTail, {"linear_attr": "matmul", "literal_bounds": (-1.0, 1.0)}),
 }
+
+
+def _implementation(task: int) -> Tail:
+    cls, fields = _IMPLEMENTATIONS[task]
+    return cls(task=task, kernel=kernel_name(task), **fields)
+
+
+TAILS: dict[int, Tail] = {task: _implementation(task) for task in TAIL_TASKS}
 
 
 def tail_for(task: int) -> Tail:

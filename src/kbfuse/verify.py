@@ -35,12 +35,12 @@ from kbfuse.numerics import f32_bits_hex
 from kbfuse.routes import parse_option, requested_ftz
 from kbfuse.stage import Progress, make_record, read_compile_meta, write_all
 from kbfuse.tails import tail_for
+from kbfuse.tasks import WITNESS_INPUTS, WITNESS_TASK, kernel_name
 
 _log = logging.getLogger("kbfuse.verify")
 
 WITNESS_INPUT = 1e-10
 WITNESS_SCALE = 1e-30
-TASK81_INPUTS = (-88.0, -87.5)
 REQUIRED_META_KEYS = (
     "variant",
     "route",
@@ -160,25 +160,25 @@ def witness_record(output: float, variant: str) -> tuple[dict, bool]:
 
 
 class Task81Witness:
-    """The pinned task-81 model, its tail and the eager reference at TASK81_INPUTS: built once,
+    """The pinned task-81 model, its tail and the eager reference at WITNESS_INPUTS: built once,
     then `measure(mod)` runs each variant's kernel tail on the same input."""
 
     def __init__(self, checkout: Path, pin: dict, device: torch.device):
-        spec = load_task(checkout, pin, 81)
+        spec = load_task(checkout, pin, WITNESS_TASK)
         self.device = device
         self.model = build_model(spec, TASK81_SEED, device=device)
-        self.tail = tail_for(81)
-        self.y = torch.tensor([TASK81_INPUTS], dtype=torch.float32, device=device)
+        self.tail = tail_for(WITNESS_TASK)
+        self.y = torch.tensor([WITNESS_INPUTS], dtype=torch.float32, device=device)
         self.reference = self.tail.reference(self.model, self.y)
         torch.cuda.synchronize(device)
 
     def measure(self, mod: LoadedModule) -> list[dict]:
-        """The task-81 tail of `mod` at TASK81_INPUTS against the eager tail, bitwise."""
+        """The task-81 tail of `mod` at WITNESS_INPUTS against the eager tail, bitwise."""
         out = torch.full_like(self.y, math.nan)
         run_tail(mod, self.tail, self.model, self.y, out=out)
         torch.cuda.synchronize(self.device)
         records = []
-        for i, value in enumerate(TASK81_INPUTS):
+        for i, value in enumerate(WITNESS_INPUTS):
             output, ref = _float32_value(out[0, i]), _float32_value(self.reference[0, i])
             output_bits = f32_bits_hex(out[0, i])
             reference_bits = f32_bits_hex(self.reference[0, i])
@@ -290,20 +290,23 @@ def _verify(
         f"({witness['output_bits']}): effective FTZ {effective}"
     )
 
-    if pin is not None and "81" in pin["tasks"]:
+    if pin is not None and str(WITNESS_TASK) in pin["tasks"]:
         if not witness81:
             witness81.append(Task81Witness(checkout, pin, torch.device("cuda", mod.device)))
         task81 = witness81[0].measure(mod)
         task81_note = None
         for r in task81:
             say(
-                f"tail81({r['input']}) = {r['output']!r} ({r['output_bits']}), eager "
+                f"{kernel_name(WITNESS_TASK)}({r['input']}) = {r['output']!r} "
+                f"({r['output_bits']}), eager "
                 f"{r['reference']!r} ({r['reference_bits']})"
             )
     else:
         task81 = []
         where = "the study" if pin is None else f"the pin record {pin_path}"
-        task81_note = f"task 81 is not in {where}: no task-81 tail witness was run"
+        task81_note = (
+            f"task {WITNESS_TASK} is not in {where}: no task-{WITNESS_TASK} tail witness was run"
+        )
         say(task81_note)
 
     finding = describe_finding(

@@ -3,6 +3,7 @@ from kbfuse.deps import module_files
 from kbfuse.kernelbench import recorded_config
 from kbfuse.kernelsrc import included_headers
 from kbfuse.routes import ROUTES
+from kbfuse.tasks import WITNESS_TASK
 from kbfuse import layout
 from kbfuse.layout import caption_name, report_category, summary_inputs, summary_outputs
 
@@ -54,9 +55,8 @@ def task_pin(task):
 
 
 def witness_pins():
-    """Task 81's pin when the study includes it (verify and witness81 use its tail)."""
-    witness_task = layout.RECORDS["witness81"].needs_task
-    return [task_pin(witness_task)] if witness_task in TASKS else []
+    """The witness task's pin when the study includes it (verify and witness81 use its tail)."""
+    return [task_pin(WITNESS_TASK)] if WITNESS_TASK in TASKS else []
 
 
 def variant_artifacts(wildcards=None):

@@ -6,7 +6,7 @@ Three behaviours only GPU tests used to exercise, here with honest stand-ins:
 - `timing.run_timing` hands only gated variants to `launch.LoadedModule.load` and only gated
   baselines to the measurement (a spy records every load and what is measured; the model,
   inputs and measurement are fakes, the gate and the record files are real);
-- `correctness.check_case` gates on the official predicate, `allclose(reference, candidate)`
+- `cases.check_case` gates on the official predicate, `allclose(reference, candidate)`
   (the candidate scales the relative term), not the historical one: the pairs below are
   close under one predicate and not under the other.
 """
@@ -22,7 +22,7 @@ import torch
 from test_timing_stats import record
 
 from kbfuse import baselines, gate, kernelbench, launch, tails, timing
-from kbfuse.correctness import assemble, check_case
+from kbfuse.cases import assemble, check_case
 from kbfuse.io import read_json, write_json
 from kbfuse.numerics import historical_allclose, official_allclose
 

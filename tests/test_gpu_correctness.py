@@ -22,27 +22,28 @@ import numpy as np
 import pytest
 import torch
 
-from kbfuse import baselines, correctness, stage
+from kbfuse import baselines, correctness, stage, taskchecks
+from kbfuse.cases import assemble, check_case
 from kbfuse.correctness import (
-    CONTROL_ROWS,
-    GROUPS,
-    assemble,
-    check_case,
     check_request,
-    control_inputs,
-    large_values,
-    mixed_rows,
     run_baselines,
     run_correctness,
     run_correctness_variants,
-    tiny_values,
-    value_rows,
 )
 from kbfuse.errors import KbfuseError
 from kbfuse.io import jsonable, read_json, write_json
 from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
 from kbfuse.numerics import CASE_RECORD_KEYS
+from kbfuse.tail_controls import (
+    CONTROL_ROWS,
+    control_inputs,
+    large_values,
+    mixed_rows,
+    tiny_values,
+    value_rows,
+)
 from kbfuse.tails import tail_for, ulp_window
+from kbfuse.taskchecks import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "kernels" / "naive.cu"
@@ -482,6 +483,7 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
     monkeypatch.setattr(launch.LoadedModule, "load", staticmethod(load))
     monkeypatch.setattr(correctness, "variant_subject", fake_subject)
     monkeypatch.setattr(correctness, "build_model", build_on_cpu)
+    monkeypatch.setattr(taskchecks, "build_model", build_on_cpu)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(
         correctness.TaskChecks,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kbfuse import layout, protocol, summary
+from kbfuse import layout, protocol, summary, tables
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_bytes, write_bytes, write_json
 from kbfuse.numerics import f32_bits_hex
@@ -600,9 +600,9 @@ def test_case_tables_list_every_recorded_case_once(study):
 def test_control_bit_equality_counts_integers_per_control_set(study):
     root, config = study
     table = summary.build_tables(root, config)["control_bit_equality"]
-    sets = [*TINY_CASES, summary.TAIL_CONTROLS]
+    sets = [*TINY_CASES, tables.TAIL_CONTROLS]
     assert len(table) == len(config["tasks"]) * len(config["variants"]) * len(sets)
-    tail = table[(table["control_set"] == summary.TAIL_CONTROLS) & (table["task"] == 81)]
+    tail = table[(table["control_set"] == tables.TAIL_CONTROLS) & (table["task"] == 81)]
     by_variant = dict(zip(tail["variant"], tail["elements_bit_equal"], strict=True))
     assert by_variant == {
         "cupy-default": 64 + 12,

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from kbfuse.measure import round_orders
-from kbfuse.summary import position_effect_table
+from kbfuse.tables import position_effect_table
 
 
 def measured(orders, name, true_ms, penalty):

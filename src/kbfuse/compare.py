@@ -29,7 +29,8 @@ import pandas as pd
 from kbfuse.bundle import open_bundle
 from kbfuse.errors import KbfuseError
 from kbfuse.manifest import environment_of
-from kbfuse.summary import build_tables, flatten, write_table
+from kbfuse.summary import build_tables, write_table
+from kbfuse.tables import flatten
 
 ABSENT = "(absent)"
 

@@ -238,11 +238,12 @@ def small_shape_correctness(
 ) -> dict[str, dict]:
     """Every implementation to be timed at the small shape, checked there first, as the study
     did: the full program on the small input and the tail on its linear output, each against
-    eager under the correctness stage's gate (`correctness.check_case`). Eager is the
+    eager under the correctness stage's gate (`cases.check_case`). Eager is the
     reference. name -> {passed, failing_checks, cases}."""
     import torch
 
-    from kbfuse.correctness import baseline_subject, check_case, variant_subject
+    from kbfuse.cases import check_case
+    from kbfuse.taskchecks import baseline_subject, variant_subject
 
     with torch.no_grad():
         y = tail.linear(model)(x).contiguous()

@@ -1,6 +1,6 @@
 """The tail roofline: every implementation's CUDA-graph tail time against the copy floor.
 
-A thin view over the summary's `timing_tail` table (`kbfuse.summary.timing_table`), built
+A thin view over the summary's `timing_tail` table (`kbfuse.tables.timing_table`), built
 from the timing job's output of each task alone (results/timing/{task}.json) plus the
 measured copy bandwidth, so it can be read as soon as one timing job has finished, without
 the rest of the study. For each implementation (eager, TorchScript, Inductor, every timed
@@ -49,11 +49,11 @@ def timing_tasks(results: str | Path) -> list[int]:
 def _read(path: Path, kind: str, hint: str) -> dict:
     """The summary's own reader (JSON object, kind, schema version), with a hint when the
     file is missing."""
-    from kbfuse.summary import _read_result
+    from kbfuse.study import read_result
 
     if not path.is_file():
         raise KbfuseError(f"{path} is missing ({hint})")
-    return _read_result(path, kind)
+    return read_result(path, kind)
 
 
 def read_timing(results: str | Path, task: int) -> dict:
@@ -105,12 +105,12 @@ def task_rows(
 ) -> tuple[list[dict], dict]:
     """(rows, task record) of one task: the summary's tail/graph rows plus kernel, ratio to
     Inductor and, for target kernels, the targets."""
-    from kbfuse import summary  # pandas only where tables are built
+    from kbfuse import study, tables  # pandas only where tables are built
 
     target_kernels = tuple(target_kernels)
     timing = read_timing(results, task)
     fingerprint, bw_path = read_fingerprint(results)
-    res = summary.StudyResults(
+    res = study.StudyResults(
         config={},
         root=Path(results),
         pin={},
@@ -119,7 +119,7 @@ def task_rows(
         paths={("env",): bw_path},
     )
     try:
-        table = summary.timing_table(res, SCOPE)
+        table = tables.timing_table(res, SCOPE)
     except (KeyError, TypeError, AttributeError) as exc:
         raise KbfuseError(
             f"{timing_path(results, task)} does not follow docs/contracts.md "
@@ -167,7 +167,7 @@ def task_rows(
         "bytes_moved": first["bytes_moved"],
         "floor_us": first["floor_us"],
         "inductor_median_us": inductor_ms * 1e3 if inductor_ms else None,
-        "copy_bandwidth_gbps": summary.copy_floor_gbps(res),
+        "copy_bandwidth_gbps": tables.copy_floor_gbps(res),
         "copy_bandwidth_source": str(bw_path),
         "skipped": sorted(timing.get("skipped") or {}),
     }

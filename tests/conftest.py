@@ -164,7 +164,7 @@ def compile_in_child(out: Path, source, variant: str, spec: dict, arch: str = "a
 def isolated_process(tmp_path_factory):
     """Isolate this process's CUDA caches once, before its first compile, as every workflow job
     does: with a driver present, NVRTC's cubins pass through the CUDA compute cache, whose key
-    ignores --ftz (README, "The CUDA compute-cache hazard"). For modules that compile
+    ignores --ftz (docs/findings.md, "Hidden compiler settings"). For modules that compile
     in-process (`pytestmark = pytest.mark.usefixtures("isolated_process")`); the environment
     is restored at the end of the module."""
     from kbfuse import cudacache

@@ -139,3 +139,28 @@ def test_the_config_block_lists_the_schema_keys():
     documented = re.findall(r"^([a-z_0-9]+):", block, flags=re.MULTILINE)
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert documented == list(schema["properties"])
+
+
+@pytest.mark.parametrize(
+    "page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))]
+)
+def test_every_relative_link_of_the_docs_resolves(page):
+    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text()):
+        if "://" not in target:
+            assert (path.parent / target).exists(), f"{page}: {target}"
+
+
+def test_the_readme_names_one_rule_file_and_one_module_per_stage():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Stages: one rule file and one module each")[1].split("\n\n")[1]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    rule_files = {row[1].strip("` ") for row in rows}
+    assert rule_files == {p.name for p in (ROOT / "workflow/rules").glob("*.smk")} - {"common.smk"}
+    for row in rows:
+        for module in re.findall(r"`(\w+)`", row[2]):
+            assert (ROOT / "src/kbfuse" / f"{module}.py").is_file(), module
+        rules = re.findall(
+            r"^rule (\w+):", (ROOT / "workflow/rules" / row[1].strip("` ")).read_text(), re.M
+        )
+        assert rules, row[1]

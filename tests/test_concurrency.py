@@ -2,7 +2,7 @@
 
 (a) A second `snakemake` in the same directory is refused by Snakemake's lock while a first one
     runs; after the first is killed the lock is stale, and `snakemake --unlock` followed by a
-    rerun recovers, as README's "Concurrency and stale locks" says.
+    rerun recovers, as docs/running.md's "Concurrency and stale locks" says.
 (b) Every GPU rule declares `resources: gpu=1` and the default profile caps `gpu=1`. Checked
     statically (the profile's YAML) and from each job's `resources:` line in a dry-run of `all`.
     Timing two GPU jobs against each other needs a GPU, so the cap's effect on the scheduler is

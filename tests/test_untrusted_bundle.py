@@ -2,7 +2,7 @@
 
 Each bomb is a few MB of gzip that declares GiBs; it is read by `kbfuse verify-bundle` in a
 child process whose peak resident memory is measured (`ru_maxrss`) and bounded. Run with
-`-s` to print the figures README's Reliability table quotes.
+`-s` to print the figures docs/reliability.md quotes.
 """
 
 from __future__ import annotations

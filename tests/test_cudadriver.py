@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kbfuse import cudadriver
-from kbfuse.compile import gpu_arch, resolve_arch
+from kbfuse.compilation import cudadriver
+from kbfuse.compilation.compile import gpu_arch, resolve_arch
 from kbfuse.errors import KbfuseError
 
 ERROR_NAMES = {
@@ -222,7 +222,7 @@ def test_impossible_capability_is_refused(monkeypatch):
 
 _REAL_DRIVER = """
 import json, sys, tempfile
-from kbfuse import cudacache, cudadriver
+from kbfuse.compilation import cudacache, cudadriver
 cudacache.isolate(tempfile.mkdtemp())  # as every job does before cuInit
 try:
     answer = {"capability": list(cudadriver.compute_capability())}

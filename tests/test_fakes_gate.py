@@ -2,11 +2,11 @@
 
 Three behaviours only GPU tests used to exercise, here with honest stand-ins:
 
-- `timing.gate` refuses a record marked failed even when it lists no failing check;
+- `gate.gate` refuses a record marked failed even when it lists no failing check;
 - `timing.run_timing` hands only gated variants to `launch.LoadedModule.load` and only gated
   baselines to the measurement (a spy records every load and what is measured; the model,
   inputs and measurement are fakes, the gate and the record files are real);
-- `correctness.check_case` gates on the official predicate, `allclose(reference, candidate)`
+- `cases.check_case` gates on the official predicate, `allclose(reference, candidate)`
   (the candidate scales the relative term), not the historical one: the pairs below are
   close under one predicate and not under the other.
 """
@@ -21,10 +21,12 @@ import pytest
 import torch
 from test_timing_stats import record
 
-from kbfuse import baselines, kernelbench, launch, tails, timing
-from kbfuse.correctness import assemble, check_case
+from kbfuse.checks.cases import assemble, check_case
+from kbfuse.checks.numerics import historical_allclose, official_allclose
+from kbfuse.compilation import launch
 from kbfuse.io import read_json, write_json
-from kbfuse.numerics import historical_allclose, official_allclose
+from kbfuse.tasks import baselines, kernelbench, tails
+from kbfuse.timing import gate, timing
 
 SHA = "a" * 64
 PROTOCOL = {"warmup": 1, "rounds": 2, "invocations_per_pair": 1, "order_seed": 0, "input_seed": 0}
@@ -40,7 +42,7 @@ def correctness_record(variant: str, passed: bool, failing=(), task=81, sha=SHA)
 
 
 def test_gate_refuses_a_failed_record_that_lists_no_failing_check():
-    eligible, skipped = timing.gate(
+    eligible, skipped = gate.gate(
         {"v": correctness_record("v", passed=False)}, task=81, artifact_sha256={"v": SHA}
     )
     assert eligible == []
@@ -54,15 +56,15 @@ def test_gate_refuses_a_failed_record_that_lists_no_failing_check():
 
 def test_gate_names_every_failing_check_of_a_failed_record():
     failing = ["seed0/uniform", "graph/capture"]
-    _, skipped = timing.gate({"v": correctness_record("v", passed=False, failing=failing)})
+    _, skipped = gate.gate({"v": correctness_record("v", passed=False, failing=failing)})
     assert skipped["v"]["failing_checks"] == failing
     assert skipped["v"]["reason"] == "failed correctness (official predicate): 2 failing check(s)"
 
 
 def test_gate_checks_the_artifact_only_when_one_is_given():
     record = correctness_record("v", passed=True, sha="b" * 64)
-    assert timing.gate({"v": record}, task=81) == (["v"], {})
-    eligible, skipped = timing.gate({"v": record}, task=81, artifact_sha256={"v": SHA})
+    assert gate.gate({"v": record}, task=81) == (["v"], {})
+    eligible, skipped = gate.gate({"v": record}, task=81, artifact_sha256={"v": SHA})
     assert eligible == []
     assert skipped["v"]["reason"] == (
         f"correctness was checked on artifact {'b' * 64!r}, but the artifact to time has "
@@ -115,7 +117,7 @@ def _study(root: Path, outcomes: dict) -> tuple[dict, dict]:
     """Compile metadata and correctness files for variants -> (passed, failing, sha)."""
     variants, correctness = {}, {}
     for name, (passed, failing, sha) in outcomes.items():
-        meta = {"variant": name, "artifact_sha256": SHA, "kernel": "tail_81"}
+        meta = {"kind": "compile", "variant": name, "artifact_sha256": SHA, "kernel": "tail_81"}
         write_json(root / name / "meta.json", meta)
         variants[name] = (root / name / "tails.bin", root / name / "meta.json")
         if passed is not None:

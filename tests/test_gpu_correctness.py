@@ -22,29 +22,30 @@ import numpy as np
 import pytest
 import torch
 
-from kbfuse import baselines, correctness
-from kbfuse.correctness import (
-    CONTROL_ROWS,
-    GROUPS,
-    assemble,
-    bound_values,
-    check_case,
+from kbfuse import stage
+from kbfuse.checks import correctness, taskchecks
+from kbfuse.checks.cases import assemble, check_case
+from kbfuse.checks.correctness import (
     check_request,
-    control_inputs,
-    large_values,
-    mixed_rows,
     run_baselines,
     run_correctness,
     run_correctness_variants,
+)
+from kbfuse.checks.numerics import CASE_RECORD_KEYS
+from kbfuse.checks.tail_controls import (
+    CONTROL_ROWS,
+    control_inputs,
+    large_values,
+    mixed_rows,
     tiny_values,
-    ulp_window,
     value_rows,
 )
+from kbfuse.checks.taskchecks import GROUPS
 from kbfuse.errors import KbfuseError
 from kbfuse.io import jsonable, read_json, write_json
-from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
-from kbfuse.numerics import CASE_RECORD_KEYS
-from kbfuse.tails import tail_for
+from kbfuse.tasks import baselines
+from kbfuse.tasks.kernelbench import build_model, load_task, pin_kernelbench
+from kbfuse.tasks.tails import tail_for, ulp_window
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "kernels" / "naive.cu"
@@ -193,7 +194,7 @@ def test_ulp_window_is_consecutive_float32_values():
 
 def test_task53_bounds_and_the_prescale_values_that_land_on_them(pinned):
     model = cpu_model(pinned, 53)
-    values = bound_values(53, model)
+    values = tail_for(53).bound_values(model)
     scale = np.float32(model.scaling_factor)
     for bound in (np.float32(model.hardtanh.min_val), np.float32(model.hardtanh.max_val)):
         neighbours = {
@@ -208,7 +209,7 @@ def test_task53_bounds_and_the_prescale_values_that_land_on_them(pinned):
 
 
 def test_task81_bounds_straddle_the_upper_clamp(pinned):
-    values = torch.tensor(bound_values(81, cpu_model(pinned, 81)))
+    values = torch.tensor(tail_for(81).bound_values(cpu_model(pinned, 81)))
     for bound in (-1.0, 1.0):
         assert bound in values.tolist()
     clamp_input = values * torch.sigmoid(values) / 2.0  # task 81's ops before the clamp
@@ -218,7 +219,9 @@ def test_task81_bounds_straddle_the_upper_clamp(pinned):
 
 
 def test_task95_bounds(pinned):
-    assert bound_values(95, cpu_model(pinned, 95)) == ulp_window(-1.0, 1) + ulp_window(1.0, 1)
+    assert tail_for(95).bound_values(cpu_model(pinned, 95)) == ulp_window(-1.0, 1) + ulp_window(
+        1.0, 1
+    )
 
 
 def test_tiny_and_large_values_cover_the_ftz_hazards():
@@ -252,7 +255,7 @@ def test_control_inputs_and_why_nan_cases_need_equal_nan(pinned, task):
     model = cpu_model(pinned, task)
     tail = tail_for(task)
     cols = tail.linear(model).out_features
-    controls = control_inputs(task, model, cols)
+    controls = control_inputs(tail, model, cols)
     assert list(controls) == ["tail/bounds", "tail/zeros_tiny", "tail/large", "tail/nonfinite"]
     for y in controls.values():
         assert y.shape == (CONTROL_ROWS, cols) and y.dtype == torch.float32
@@ -416,7 +419,7 @@ def test_shared_cases_compute_each_reference_once_and_match_single_runs(pinned, 
 def test_each_seed_checks_its_own_model_as_the_study_did(pinned, task):
     """Seeds x distributions: each seed builds the model right after seeding (its own weights),
     the subjects are built on that model, and the record names every model by its weights."""
-    from kbfuse.weights import weights_sha256
+    from kbfuse.tasks.weights import weights_sha256
 
     checks = cpu_checks(pinned, task)
     seen = []
@@ -449,7 +452,7 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
     """run_correctness(_variants) on the CPU: the model on the CPU, each "module" a stand-in
     whose output is the eager one times the factor its metadata names, no CUDA graph part.
     Checks the stage's plumbing (one model, records per variant, files) without a GPU."""
-    from kbfuse import launch
+    from kbfuse.compilation import launch
 
     class FakeModule:
         def __init__(self, artifact, meta):
@@ -482,6 +485,7 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
     monkeypatch.setattr(launch.LoadedModule, "load", staticmethod(load))
     monkeypatch.setattr(correctness, "variant_subject", fake_subject)
     monkeypatch.setattr(correctness, "build_model", build_on_cpu)
+    monkeypatch.setattr(taskchecks, "build_model", build_on_cpu)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(
         correctness.TaskChecks,
@@ -539,14 +543,14 @@ def test_variants_stage_on_a_cpu_stand_in_matches_single_variant_runs(cpu_stage,
 def test_variants_stage_writes_no_file_when_one_write_fails(cpu_stage, tmp_path, monkeypatch):
     variants, request, _, _ = cpu_stage
     outs = {name: tmp_path / "out" / f"{name}.json" for name in variants}
-    real_write = correctness.write_json
+    real_write = stage.write_json
 
     def failing_write(path, record):
         if Path(path).name == "scaled.json":
             raise OSError("disk full")
         real_write(path, record)
 
-    monkeypatch.setattr(correctness, "write_json", failing_write)
+    monkeypatch.setattr(stage, "write_json", failing_write)
     with pytest.raises(OSError, match="disk full"):
         run_correctness_variants(81, variants, outs, **request)
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
@@ -615,7 +619,7 @@ def test_tail_module_needs_the_linear_attribute(pinned):
 
 _COMPILE_IN_CHILD = """
 import json, sys
-from kbfuse.compile import compile_variant
+from kbfuse.compilation.compile import compile_variant
 for job in json.loads(sys.argv[1]):
     compile_variant(job["source"], job["variant"], job["spec"], "auto", job["artifact"],
                     job["meta"], job["log"])
@@ -626,7 +630,7 @@ for job in json.loads(sys.argv[1]):
 def artifacts(tmp_path_factory):
     """variant -> (artifact, meta path): kernels/naive.cu as nvrtc-cubin, compiled in a child
     process whose CUDA compute cache is private and disabled."""
-    from kbfuse import cudacache
+    from kbfuse.compilation import cudacache
 
     root = tmp_path_factory.mktemp("correctness-compile")
     jobs, out = [], {}
@@ -750,7 +754,7 @@ def test_one_job_for_every_variant_writes_what_single_variant_jobs_write(
 
 @pytest.mark.gpu
 def test_ftz_variant_differs_from_eager_at_minus_88_for_task81(pinned, artifacts):
-    from kbfuse.launch import LoadedModule, run_tail
+    from kbfuse.compilation.launch import LoadedModule, run_tail
 
     checkout, pin, _ = pinned
     model = build_model(load_task(checkout, pin, 81), seed=INPUT_SEED, device="cuda")
@@ -768,7 +772,7 @@ def test_ftz_variant_differs_from_eager_at_minus_88_for_task81(pinned, artifacts
 
 @pytest.mark.gpu
 def test_graph_replay_restores_the_parameters_it_changes(pinned, artifacts):
-    from kbfuse.launch import LoadedModule
+    from kbfuse.compilation.launch import LoadedModule
 
     checkout, pin, _ = pinned
     spec = load_task(checkout, pin, 95)
@@ -824,7 +828,7 @@ def test_run_baselines_checks_torchscript_and_inductor(pinned, tmp_path):
 
 @pytest.mark.gpu
 def test_write_fingerprint_records_the_machine_and_a_positive_bandwidth(tmp_path):
-    from kbfuse.envinfo import write_fingerprint
+    from kbfuse.workflow.envinfo import write_fingerprint
 
     out, log = tmp_path / "fingerprint.json", tmp_path / "env.log"
     record = write_fingerprint(out, log, copy_bytes=256 * 1024**2)

@@ -1,5 +1,5 @@
 """Tests written for mutants of measure.py and timing.py's gate that survived the run of
-docs/mutation.md (the code after the timing statistics moved to kbfuse.measure).
+docs/mutation.md (the code after the timing statistics moved to kbfuse.timing.measure).
 
 Each pins what the suite looked at too loosely: a message anchored at both ends (a search for
 "timing.warmup" also finds "XXtiming.warmupXX"), the progress lines of an interleaved block,
@@ -13,9 +13,10 @@ import re
 
 import pytest
 
-from kbfuse import measure, timing
+from kbfuse import stage
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json
+from kbfuse.timing import gate, measure
 
 SHA = "a" * 64
 PROTOCOL = {"warmup": 1, "rounds": 2, "invocations_per_pair": 1, "order_seed": 0, "input_seed": 0}
@@ -89,36 +90,52 @@ def test_check_protocol_messages_word_for_word(key, value):
     minimum = 0 if key.endswith("seed") else 1
     message = f"timing.{key} is {value!r}: it must be an integer >= {minimum}"
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
-        timing.check_protocol({**PROTOCOL, key: value})
+        measure.check_protocol({**PROTOCOL, key: value})
 
 
 def test_check_protocol_refuses_what_is_not_a_mapping():
     with pytest.raises(KbfuseError, match=r"^timing protocol must be a mapping, got \[1, 2\]$"):
-        timing.check_protocol([1, 2])
+        measure.check_protocol([1, 2])
 
 
 def test_assemble_scope_needs_positions_as_well_as_samples():
     with pytest.raises(KbfuseError, match=r"^no samples for \['v'\]$"):
-        timing.assemble_scope({"eager": [1.0], "v": [1.0]}, {"eager": [0]}, ["eager"], ["v"])
+        measure.assemble_scope({"eager": [1.0], "v": [1.0]}, {"eager": [0]}, ["eager"], ["v"])
 
 
-def test_read_metas_messages(tmp_path):
+def test_read_compile_metas_messages(tmp_path):
     absent = tmp_path / "absent.json"
     with pytest.raises(
         KbfuseError, match=rf"^variant v: compile metadata {re.escape(str(absent))}: \[Errno 2\] "
     ):
-        timing.read_metas({"v": (tmp_path / "tails.bin", absent)})
-    for meta in ([{"artifact_sha256": SHA}], {"artifact_sha256": 5}, {}):
-        path = tmp_path / "meta.json"
+        stage.read_compile_metas({"v": (tmp_path / "tails.bin", absent)})
+    path = tmp_path / "meta.json"
+    compile_meta = {"kind": "compile", "variant": "v", "artifact_sha256": SHA}
+    cases = [
+        ([compile_meta], "is not a compile record (kind 'compile')"),
+        ({**compile_meta, "kind": "env"}, "is not a compile record (kind 'compile')"),
+        ({"kind": "compile"}, "lacks key(s) ['variant', 'artifact_sha256']"),
+        ({**compile_meta, "variant": "w"}, "is for variant 'w', not 'v'"),
+    ]
+    for meta, problem in cases:
         write_json(path, meta)
-        message = f"variant v: {path} has no artifact_sha256"
+        message = f"compile metadata {path} {problem}"
         with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
-            timing.read_metas({"v": (tmp_path / "tails.bin", path)})
+            stage.read_compile_metas({"v": (tmp_path / "tails.bin", path)})
+    write_json(path, {**compile_meta, "artifact_sha256": 5})
+    message = f"variant v: {path} has no artifact_sha256"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        stage.read_compile_metas({"v": (tmp_path / "tails.bin", path)})
+    write_json(path, {"kind": "compile", "variant": "v"})
+    with pytest.raises(KbfuseError, match=r"lacks key\(s\) \['route', 'artifact_sha256'\]$"):
+        stage.read_compile_meta(path, "v", required=("route", "variant"))
+    write_json(path, compile_meta)
+    assert stage.read_compile_metas({"v": (tmp_path / "tails.bin", path)}) == {"v": compile_meta}
 
 
 def test_a_malformed_record_is_named_before_its_other_problems():
     record = {"kind": "correctness", "task": 53, "implementation": "w", "passed": "yes"}
-    assert timing._gate_one("v", record, 81, SHA) == (
+    assert gate._gate_one("v", record, 81, SHA) == (
         "corrupt correctness record: passed is 'yes', not a boolean",
         [],
     )
@@ -129,7 +146,8 @@ def test_a_malformed_record_is_named_before_its_other_problems():
 
 def _records(root, task: int) -> tuple[dict, dict]:
     """Variant v and the baselines record, both passing, both written for `task`."""
-    write_json(root / "v" / "meta.json", {"variant": "v", "artifact_sha256": SHA})
+    meta = {"kind": "compile", "variant": "v", "artifact_sha256": SHA}
+    write_json(root / "v" / "meta.json", meta)
     variant = {
         "kind": "correctness",
         "task": task,
@@ -152,20 +170,20 @@ def _records(root, task: int) -> tuple[dict, dict]:
 def test_gate_implementations_times_what_passed_for_this_task(tmp_path):
     variants, correctness = _records(tmp_path, 81)
     lines: list[str] = []
-    gated = timing.gate_implementations(
+    gated = gate.gate_implementations(
         81, variants, correctness, tmp_path / "baselines.json", ["eager", "inductor"], lines.append
     )
     assert gated["baselines"] == ["eager", "inductor"]
     assert gated["variants"] == ["v"]
     assert gated["skipped"] == {} and lines == []
-    assert gated["metas"] == {"v": {"variant": "v", "artifact_sha256": SHA}}
+    assert gated["metas"] == {"v": {"kind": "compile", "variant": "v", "artifact_sha256": SHA}}
 
 
 def test_gate_implementations_refuses_records_of_another_task(tmp_path):
     variants, correctness = _records(tmp_path, 53)
     lines: list[str] = []
     names = ["eager", "torchscript"]
-    gated = timing.gate_implementations(
+    gated = gate.gate_implementations(
         81, variants, correctness, tmp_path / "baselines.json", names, lines.append
     )
     assert gated["baselines"] == ["eager"] and gated["variants"] == []
@@ -178,7 +196,7 @@ def test_gate_implementations_refuses_records_of_another_task(tmp_path):
         f"task 81: torchscript not timed: {reason} []",
         f"task 81: v not timed: {reason} []",
     ]
-    assert timing.gate_variants(81, variants, correctness, gated["metas"]) == (
+    assert gate.gate_variants(81, variants, correctness, gated["metas"]) == (
         [],
         {"v": {"reason": reason, "failing_checks": []}},
     )

@@ -20,24 +20,26 @@ import mutation_report as report  # noqa: E402
 
 def test_timing_runs_only_its_gate_and_checks_other_modules_run_whole():
     globs = report.mutant_globs(["timing", "measure"])
-    assert "kbfuse.timing.x_gate__mutmut_*" in globs
-    assert "kbfuse.timing.x_gate_baselines__mutmut_*" in globs
+    assert "kbfuse.timing.timing.x_gate__mutmut_*" in globs
+    assert "kbfuse.timing.timing.x_gate_baselines__mutmut_*" in globs
     assert not any("run_timing" in g or "measure_program" in g for g in globs)
-    assert globs[-1] == "kbfuse.measure.*"
+    assert globs[-1] == "kbfuse.timing.measure.*"
 
 
 def test_tally_counts_gpu_only_and_unscored_functions_apart():
     results = {
-        "kbfuse.measure.x_stats__mutmut_1": "killed",
-        "kbfuse.measure.x_stats__mutmut_2": "survived",
-        "kbfuse.measure.x_time_interleaved__mutmut_1": "survived",
-        "kbfuse.timing.x_run_timing__mutmut_1": "survived",
-        "kbfuse.timing.x_gate__mutmut_1": "not checked",
+        "kbfuse.timing.measure.x_stats__mutmut_1": "killed",
+        "kbfuse.timing.measure.x_stats__mutmut_2": "survived",
+        "kbfuse.timing.measure.x_time_interleaved__mutmut_1": "survived",
+        "kbfuse.timing.timing.x_run_timing__mutmut_1": "survived",
+        "kbfuse.timing.timing.x_gate__mutmut_1": "not checked",
     }
     counts = report.tally(results, ["measure", "timing"])
     assert counts["measure"] == Counter(scored=2, killed=1, survived=1, **{"gpu-only": 1})
     assert counts["timing"] == Counter({"not run": 1})
-    assert report.survivors(results, ["measure", "timing"]) == ["kbfuse.measure.x_stats__mutmut_2"]
+    assert report.survivors(results, ["measure", "timing"]) == [
+        "kbfuse.timing.measure.x_stats__mutmut_2"
+    ]
 
 
 def test_earlier_figures_only_for_modules_not_in_this_run():
@@ -56,7 +58,7 @@ def test_an_unknown_module_is_refused(capsys):
 
 
 def test_a_mutant_name_is_split_into_module_and_function():
-    assert report.function_of("kbfuse.verify.xǁTask81Witnessǁmeasure__mutmut_3") == (
+    assert report.function_of("kbfuse.checks.verify.xǁTask81Witnessǁmeasure__mutmut_3") == (
         "verify",
         "Task81Witness.measure",
     )

@@ -25,29 +25,9 @@ from conftest import ROOT
 from test_summary import make_config, write_study
 
 import kbfuse
-from kbfuse import bundle as bundle_module
-from kbfuse import cudacache, deps, measure, routes, timing, verify
-from kbfuse.bundle import (
-    MANIFEST_MEMBER,
-    RESULTS_PREFIX,
-    format_report,
-    make_bundle,
-    pack,
-    verify_bundle,
-)
-from kbfuse.config import SCHEMA, check_config, load_config, validate_schema, variant_spec
-from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_json
-from kbfuse.manifest import (
-    build_manifest,
-    compare_with_manifest,
-    content_sha256,
-    environment_of,
-    is_safe_relpath,
-    load_manifest,
-    verify_manifest,
-)
-from kbfuse.numerics import (
+from kbfuse import stage
+from kbfuse.checks import verify
+from kbfuse.checks.numerics import (
     bit_equal_count,
     check_tolerance,
     error_ratio_map,
@@ -56,7 +36,31 @@ from kbfuse.numerics import (
     f32_from_bits,
     summarize_cases,
 )
-from kbfuse.verify import describe_finding
+from kbfuse.checks.verify import describe_finding
+from kbfuse.compilation import cudacache, routes
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_json
+from kbfuse.results import bundle as bundle_module
+from kbfuse.results.bundle import (
+    MANIFEST_MEMBER,
+    RESULTS_PREFIX,
+    format_report,
+    make_bundle,
+    pack,
+    verify_bundle,
+)
+from kbfuse.results.manifest import (
+    build_manifest,
+    compare_with_manifest,
+    content_sha256,
+    environment_of,
+    is_safe_relpath,
+    load_manifest,
+    verify_manifest,
+)
+from kbfuse.timing import gate, measure
+from kbfuse.workflow import deps
+from kbfuse.workflow.config import SCHEMA, check_config, load_config, validate_schema, variant_spec
 
 RESULTS = RESULTS_PREFIX
 
@@ -302,14 +306,12 @@ def test_cupy_bookkeeping_options(option, bookkeeping):
     assert routes.is_cupy_bookkeeping_option(option) is bookkeeping
 
 
-def test_check_options_lists_every_problem():
-    routes.check_options("nvrtc-cubin", ["--ftz=true", "--fmad=false"])  # no problem
-    with pytest.raises(
-        KbfuseError,
-        match=r"^route nvrtc-cubin: option '--ftz=maybe': --ftz expects true or false, not "
-        r"'maybe'; route nvrtc-cubin: option '--bogus' is not an NVRTC option$",
-    ):
-        routes.check_options("nvrtc-cubin", ["--ftz=maybe", "--bogus"])
+def test_option_problems_lists_every_problem():
+    assert routes.option_problems("nvrtc-cubin", ["--ftz=true", "--fmad=false"]) == []
+    assert routes.option_problems("nvrtc-cubin", ["--ftz=maybe", "--bogus"]) == [
+        "route nvrtc-cubin: option '--ftz=maybe': --ftz expects true or false, not 'maybe'",
+        "route nvrtc-cubin: option '--bogus' is not an NVRTC option",
+    ]
 
 
 # --------------------------------------------------------------------------- config, manifest
@@ -522,12 +524,17 @@ def test_f32_bits_rounds_a_number_to_float32_whatever_the_default_dtype():
         torch.set_default_dtype(saved)
 
 
-def test_verify_progress_lines_reach_the_log_as_written(caplog):
-    lines = verify._Progress()
-    with caplog.at_level(logging.INFO, logger="kbfuse.verify"):
-        lines.append("variant v: 100% %s done")
-    assert lines == ["variant v: 100% %s done"]
+def test_progress_lines_reach_the_logger_and_the_log_as_written(caplog, tmp_path):
+    log = tmp_path / "logs" / "verify.log"
+    log.parent.mkdir()
+    log.write_text("an earlier run\n")
+    say = stage.Progress(log, "kbfuse.checks.verify", fresh=True)
+    with caplog.at_level(logging.INFO, logger="kbfuse.checks.verify"):
+        say("variant v: 100% %s done")
+    assert log.read_text() == "variant v: 100% %s done\n"
     assert [r.getMessage() for r in caplog.records] == ["variant v: 100% %s done"]
+    stage.Progress(log, "kbfuse.checks.verify")("appended")
+    assert log.read_text().splitlines() == ["variant v: 100% %s done", "appended"]
 
 
 def test_format_report_names_the_bundle_and_its_environment():
@@ -607,7 +614,7 @@ def test_the_bundle_gzip_header_holds_no_file_name_or_time():
     ],
 )
 def test_gate_reasons_word_for_word(record, reason):
-    assert timing.gate({"v": record}) == (
+    assert gate.gate({"v": record}) == (
         [],
         {
             "v": {

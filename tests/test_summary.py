@@ -19,10 +19,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kbfuse import protocol, summary
+from kbfuse import layout
+from kbfuse.checks import protocol
+from kbfuse.checks.numerics import f32_bits_hex
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_bytes, write_bytes, write_json
-from kbfuse.numerics import f32_bits_hex
+from kbfuse.results import summary, tables
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
@@ -600,9 +602,9 @@ def test_case_tables_list_every_recorded_case_once(study):
 def test_control_bit_equality_counts_integers_per_control_set(study):
     root, config = study
     table = summary.build_tables(root, config)["control_bit_equality"]
-    sets = [*TINY_CASES, summary.TAIL_CONTROLS]
+    sets = [*TINY_CASES, tables.TAIL_CONTROLS]
     assert len(table) == len(config["tasks"]) * len(config["variants"]) * len(sets)
-    tail = table[(table["control_set"] == summary.TAIL_CONTROLS) & (table["task"] == 81)]
+    tail = table[(table["control_set"] == tables.TAIL_CONTROLS) & (table["task"] == 81)]
     by_variant = dict(zip(tail["variant"], tail["elements_bit_equal"], strict=True))
     assert by_variant == {
         "cupy-default": 64 + 12,
@@ -884,7 +886,7 @@ def test_write_summary_writes_exactly_the_declared_outputs(study, tmp_path):
     out1, out2 = tmp_path / "s1", tmp_path / "s2"
     written = summary.write_summary(root, config, out1)
     names = sorted(p.name for p in written)
-    assert names == sorted(summary.summary_outputs(config))
+    assert names == sorted(layout.summary_outputs(config))
     assert sorted(p.name for p in out1.iterdir()) == names
     assert (out1 / "tail_time_81.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out1 / "control_bit_equality.png").stat().st_size > 1000
@@ -899,15 +901,15 @@ def test_write_summary_writes_exactly_the_declared_outputs(study, tmp_path):
 def test_every_summary_output_has_a_report_caption():
     config = make_config(tasks=(53, 81, 95))
     captions = REPO / "workflow" / "report"
-    for output in summary.summary_outputs(config):
-        caption = captions / summary.caption_name(output)
+    for output in layout.summary_outputs(config):
+        caption = captions / layout.caption_name(output)
         assert caption.is_file(), caption
         assert len(caption.read_text().strip()) > 40
 
 
 def test_summary_inputs_name_every_file_read(study):
     root, config = study
-    inputs = summary.summary_inputs(config, root)
+    inputs = layout.summary_inputs(config, root)
     assert len(inputs) == len(set(inputs))
     assert all(Path(p).is_file() for p in inputs)
     assert str(root / "controls/witness81.json") in inputs

@@ -2,7 +2,7 @@
 
 Each bomb is a few MB of gzip that declares GiBs; it is read by `kbfuse verify-bundle` in a
 child process whose peak resident memory is measured (`ru_maxrss`) and bounded. Run with
-`-s` to print the figures README's Reliability table quotes.
+`-s` to print the figures docs/reliability.md quotes.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import pytest
 from test_bundle import members_of, repack, result_files
 from test_summary import make_config, write_study
 
-from kbfuse import cli, summary
-from kbfuse.bundle import (
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json
+from kbfuse.results import summary
+from kbfuse.results.bundle import (
     BUNDLE_ROOT,
     MANIFEST_MEMBER,
     RESULTS_PREFIX,
@@ -34,10 +36,9 @@ from kbfuse.bundle import (
     read_bundle,
     verify_bundle,
 )
-from kbfuse.compare import COMPARISON_TABLES, compare_bundles
-from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json
-from kbfuse.manifest import build_manifest, content_sha256
+from kbfuse.results.compare import COMPARISON_TABLES, compare_bundles
+from kbfuse.results.manifest import build_manifest, content_sha256
+from kbfuse.workflow import cli
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1 << 30

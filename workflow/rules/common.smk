@@ -1,9 +1,11 @@
-from kbfuse.config import variant_spec as _variant_spec
-from kbfuse.deps import module_files
-from kbfuse.kernelbench import recorded_config
-from kbfuse.kernelsrc import included_headers
-from kbfuse.routes import ROUTES
-from kbfuse.summary_layout import caption_name, summary_inputs, summary_outputs
+from kbfuse.workflow.config import variant_spec as _variant_spec
+from kbfuse.workflow.deps import module_files
+from kbfuse.tasks.kernelbench import recorded_config
+from kbfuse.compilation.kernelsrc import included_headers
+from kbfuse.compilation.routes import ROUTES
+from kbfuse.tasks.registry import WITNESS_TASK
+from kbfuse import layout
+from kbfuse.layout import caption_name, report_category, summary_inputs, summary_outputs
 
 ENV = "../../envs/kbfuse.yaml"
 TASKS = [int(t) for t in config["tasks"]]
@@ -39,7 +41,7 @@ def compile_gpu(wildcards):
 
 def artifacts(variants=None):
     return {
-        v: (f"results/compile/{v}/tails.bin", f"results/compile/{v}/meta.json")
+        v: (layout.file("artifact", variant=v), layout.record("compile", variant=v))
         for v in (VARIANTS if variants is None else variants)
     }
 
@@ -49,12 +51,12 @@ def artifact_files(variants=None):
 
 
 def task_pin(task):
-    return f"results/kernelbench/tasks/{task}.json"
+    return layout.file("task_pin", task=task)
 
 
 def witness_pins():
-    """Task 81's pin when the study includes it (verify and witness81 use its tail)."""
-    return [task_pin(81)] if 81 in TASKS else []
+    """The witness task's pin when the study includes it (verify and witness81 use its tail)."""
+    return [task_pin(WITNESS_TASK)] if WITNESS_TASK in TASKS else []
 
 
 def variant_artifacts(wildcards=None):
@@ -67,11 +69,11 @@ def variant_correctness(wildcards):
 
 
 def correctness_files(task):
-    return {v: f"results/correctness/{task}/{v}.json" for v in VARIANTS}
+    return {v: layout.record("correctness", task=task, variant=v) for v in VARIANTS}
 
 
 def verify_files():
-    return [f"results/verify/{v}.json" for v in VARIANTS]
+    return [layout.record("verify", variant=v) for v in VARIANTS]
 
 
 def outputs_by_variant(wildcards, output):
@@ -81,68 +83,60 @@ def outputs_by_variant(wildcards, output):
 
 def task_inputs(wildcards):
     return {
-        "checkout": "results/kernelbench/checkout",
+        "checkout": layout.file("checkout"),
         "pin": task_pin(wildcards.task),
     }
 
 
+GPU_RECORDS = (
+    "verify",
+    "env",
+    "witness81",
+    "correctness",
+    "correctness_baselines",
+    "timing",
+    "controls",
+)
+
+
 def gpu_results():
-    files = verify_files()
-    files += ["results/env/fingerprint.json"]
-    if 81 in TASKS:
-        files += ["results/controls/witness81.json"]
-    files += expand(
-        "results/correctness/{task}/{variant}.json", task=TASKS, variant=VARIANTS
-    )
-    files += expand("results/correctness/{task}/baselines.json", task=TASKS)
-    files += expand("results/timing/{task}.json", task=TASKS)
-    files += expand("results/controls/{task}.json", task=TASKS)
-    return files
+    """Every record the GPU jobs write (what the margin audit reads)."""
+    return layout.record_files(config, GPU_RECORDS)
 
 
 def cpu_targets():
     cpu_variants = [v for v in VARIANTS if compiles_without_gpu(v)]
     return [
-        "results/kernelbench/pin.json",
+        layout.record("kernelbench_pin"),
         *artifact_files(cpu_variants),
-        "results/protocol/direction_witness.json",
+        layout.record("direction_witness"),
     ]
 
 
 def study_results():
     """Every result of the study proper: what the summary reads and the manifest hashes."""
     return [
-        "results/kernelbench/pin.json",
+        layout.record("kernelbench_pin"),
         *artifact_files(),
         *gpu_results(),
-        "results/protocol/direction_witness.json",
-        "results/protocol/margin_audit.json",
+        layout.record("direction_witness"),
+        layout.record("margin_audit"),
     ]
 
 
 def summary_files():
-    return [f"results/summary/{name}" for name in summary_outputs(config)]
+    return [layout.file("summary", name=name) for name in summary_outputs(config)]
 
 
 def manifest_files():
     return study_results() + summary_files()
 
 
-def report_category(name):
-    if name.endswith(".png"):
-        return "Plots"
-    if name.startswith(("timing", "small_shapes", "ftz_cost", "position_effect")):
-        return "Time"
-    if name.startswith(("environment",)):
-        return "Environment"
-    return "Bits"
-
-
 def all_targets():
     return [
         *manifest_files(),
-        "results/manifest.json",
-        "results/bundle/kbfuse-results.tar.gz",
+        layout.file("manifest"),
+        layout.file("bundle"),
     ]
 
 
@@ -151,8 +145,8 @@ def timing_inputs(wildcards):
         **task_inputs(wildcards),
         "artifacts": artifact_files(),
         "correctness": list(correctness_files(wildcards.task).values()),
-        "baselines": f"results/correctness/{wildcards.task}/baselines.json",
-        "code": module_files("timing"),
+        "baselines": layout.record("correctness_baselines", task=wildcards.task),
+        "code": module_files("timing.timing"),
     }
 
 
@@ -161,6 +155,6 @@ def controls_inputs(wildcards):
         **task_inputs(wildcards),
         "artifacts": artifact_files(),
         "correctness": list(correctness_files(wildcards.task).values()),
-        "baselines": f"results/correctness/{wildcards.task}/baselines.json",
-        "code": module_files("controls"),
+        "baselines": layout.record("correctness_baselines", task=wildcards.task),
+        "code": module_files("checks.controls"),
     }

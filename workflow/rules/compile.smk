@@ -2,14 +2,14 @@ rule compile_variant:
     input:
         source=variant_source,
         headers=variant_headers,
-        code=module_files("compile"),
+        code=module_files("compilation.compile"),
     output:
-        artifact="results/compile/{variant}/tails.bin",
-        meta="results/compile/{variant}/meta.json",
+        artifact=layout.file("artifact"),
+        meta=layout.record("compile"),
     log:
-        "results/logs/compile/{variant}.log",
+        layout.log("compile/{variant}"),
     benchmark:
-        "results/benchmarks/compile/{variant}.tsv"
+        layout.benchmark("compile/{variant}")
     conda:
         ENV
     resources:

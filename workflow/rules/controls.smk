@@ -2,11 +2,11 @@ rule controls:
     input:
         unpack(controls_inputs),
     output:
-        "results/controls/{task}.json",
+        layout.record("controls"),
     log:
-        "results/logs/controls/{task}.log",
+        layout.log("controls/{task}"),
     benchmark:
-        "results/benchmarks/controls/{task}.tsv"
+        layout.benchmark("controls/{task}")
     conda:
         ENV
     resources:
@@ -24,16 +24,16 @@ rule controls:
 
 rule witness81:
     input:
-        checkout="results/kernelbench/checkout",
+        checkout=layout.file("checkout"),
         pins=witness_pins(),
         artifacts=artifact_files(),
-        code=module_files("controls"),
+        code=module_files("checks.controls"),
     output:
-        "results/controls/witness81.json",
+        layout.record("witness81"),
     log:
-        "results/logs/controls/witness81.log",
+        layout.log("controls/witness81"),
     benchmark:
-        "results/benchmarks/controls/witness81.tsv"
+        layout.benchmark("controls/witness81")
     conda:
         ENV
     resources:

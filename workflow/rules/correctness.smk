@@ -2,13 +2,13 @@ rule correctness_variants:
     input:
         unpack(task_inputs),
         artifacts=artifact_files(),
-        code=module_files("correctness"),
+        code=module_files("checks.correctness"),
     output:
-        expand("results/correctness/{{task}}/{variant}.json", variant=VARIANTS),
+        [layout.record("correctness", variant=v) for v in VARIANTS],
     log:
-        "results/logs/correctness/{task}/variants.log",
+        layout.log("correctness/{task}/variants"),
     benchmark:
-        "results/benchmarks/correctness/{task}/variants.tsv"
+        layout.benchmark("correctness/{task}/variants")
     conda:
         ENV
     resources:
@@ -27,13 +27,13 @@ rule correctness_variants:
 rule correctness_baselines:
     input:
         unpack(task_inputs),
-        code=module_files("correctness"),
+        code=module_files("checks.correctness"),
     output:
-        "results/correctness/{task}/baselines.json",
+        layout.record("correctness_baselines"),
     log:
-        "results/logs/correctness/{task}/baselines.log",
+        layout.log("correctness/{task}/baselines"),
     benchmark:
-        "results/benchmarks/correctness/{task}/baselines.tsv"
+        layout.benchmark("correctness/{task}/baselines")
     conda:
         ENV
     resources:

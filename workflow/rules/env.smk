@@ -1,12 +1,12 @@
 rule env_fingerprint:
     input:
-        code=module_files("envinfo"),
+        code=module_files("workflow.envinfo"),
     output:
-        "results/env/fingerprint.json",
+        layout.record("env"),
     log:
-        "results/logs/env/fingerprint.log",
+        layout.log("env/fingerprint"),
     benchmark:
-        "results/benchmarks/env/fingerprint.tsv"
+        layout.benchmark("env/fingerprint")
     conda:
         ENV
     resources:

@@ -3,10 +3,10 @@
 # and changing it (another mirror, path or file:// URL) reruns and deletes nothing.
 rule kernelbench_checkout:
     output:
-        checkout=directory("results/kernelbench/checkout"),
-        record="results/kernelbench/checkout.json",
+        checkout=directory(layout.file("checkout")),
+        record=layout.file("checkout_record"),
     log:
-        "results/logs/kernelbench/checkout.log",
+        layout.log("kernelbench/checkout"),
     conda:
         ENV
     params:
@@ -18,13 +18,13 @@ rule kernelbench_checkout:
 
 rule kernelbench_task:
     input:
-        checkout="results/kernelbench/checkout",
-        record="results/kernelbench/checkout.json",
-        code=module_files("kernelbench"),
+        checkout=layout.file("checkout"),
+        record=layout.file("checkout_record"),
+        code=module_files("tasks.kernelbench"),
     output:
-        pin="results/kernelbench/tasks/{task}.json",
+        pin=layout.file("task_pin"),
     log:
-        "results/logs/kernelbench/task-{task}.log",
+        layout.log("kernelbench/task-{task}"),
     conda:
         ENV
     script:
@@ -33,13 +33,13 @@ rule kernelbench_task:
 
 rule kernelbench_pin:
     input:
-        record="results/kernelbench/checkout.json",
-        tasks=expand("results/kernelbench/tasks/{task}.json", task=TASKS),
-        code=module_files("kernelbench"),
+        record=layout.file("checkout_record"),
+        tasks=[task_pin(task) for task in TASKS],
+        code=module_files("tasks.kernelbench"),
     output:
-        pin="results/kernelbench/pin.json",
+        pin=layout.record("kernelbench_pin"),
     log:
-        "results/logs/kernelbench/pin.log",
+        layout.log("kernelbench/pin"),
     conda:
         ENV
     script:

@@ -1,10 +1,10 @@
 rule direction_witness:
     input:
-        code=module_files("protocol"),
+        code=module_files("checks.protocol"),
     output:
-        "results/protocol/direction_witness.json",
+        layout.record("direction_witness"),
     log:
-        "results/logs/protocol/direction_witness.log",
+        layout.log("protocol/direction_witness"),
     conda:
         ENV
     params:
@@ -16,11 +16,11 @@ rule direction_witness:
 rule margin_audit:
     input:
         results=gpu_results(),
-        code=module_files("protocol"),
+        code=module_files("checks.protocol"),
     output:
-        "results/protocol/margin_audit.json",
+        layout.record("margin_audit"),
     log:
-        "results/logs/protocol/margin_audit.log",
+        layout.log("protocol/margin_audit"),
     conda:
         ENV
     script:

@@ -1,18 +1,18 @@
 rule summary:
     input:
         results=summary_inputs(config),
-        code=module_files("summary", "plots"),
+        code=module_files("results.summary", "results.plots"),
     output:
         [
             report(
-                f"results/summary/{name}",
+                layout.file("summary", name=name),
                 caption=f"../report/{caption_name(name)}",
                 category=report_category(name),
             )
             for name in summary_outputs(config)
         ],
     log:
-        "results/logs/summary/summary.log",
+        layout.log("summary/summary"),
     conda:
         ENV
     params:
@@ -24,11 +24,11 @@ rule summary:
 rule manifest:
     input:
         files=manifest_files(),
-        code=module_files("manifest"),
+        code=module_files("results.manifest"),
     output:
-        "results/manifest.json",
+        layout.file("manifest"),
     log:
-        "results/logs/manifest/manifest.log",
+        layout.log("manifest/manifest"),
     conda:
         ENV
     params:
@@ -39,13 +39,13 @@ rule manifest:
 
 rule bundle:
     input:
-        manifest="results/manifest.json",
+        manifest=layout.file("manifest"),
         files=manifest_files(),
-        code=module_files("bundle"),
+        code=module_files("results.bundle"),
     output:
-        "results/bundle/kbfuse-results.tar.gz",
+        layout.file("bundle"),
     log:
-        "results/logs/manifest/bundle.log",
+        layout.log("manifest/bundle"),
     conda:
         ENV
     script:

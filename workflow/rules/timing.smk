@@ -2,11 +2,11 @@ rule timing:
     input:
         unpack(timing_inputs),
     output:
-        "results/timing/{task}.json",
+        layout.record("timing"),
     log:
-        "results/logs/timing/{task}.log",
+        layout.log("timing/{task}"),
     benchmark:
-        "results/benchmarks/timing/{task}.tsv"
+        layout.benchmark("timing/{task}")
     conda:
         ENV
     resources:

@@ -1,15 +1,15 @@
 rule verify_variants:
     input:
         artifacts=artifact_files(),
-        checkout="results/kernelbench/checkout",
+        checkout=layout.file("checkout"),
         pins=witness_pins(),
-        code=module_files("verify"),
+        code=module_files("checks.verify"),
     output:
         verify_files(),
     log:
-        "results/logs/verify/variants.log",
+        layout.log("verify/variants"),
     benchmark:
-        "results/benchmarks/verify/variants.tsv"
+        layout.benchmark("verify/variants")
     conda:
         ENV
     resources:

@@ -1,5 +1,6 @@
-from kbfuse.jobs import job
-from kbfuse.manifest import build_manifest
+from kbfuse.layout import RESULTS
+from kbfuse.results.manifest import build_manifest
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "manifest"):
-    build_manifest("results", snakemake.input.files, snakemake.params.study, snakemake.output[0])
+    build_manifest(RESULTS, snakemake.input.files, snakemake.params.study, snakemake.output[0])

@@ -1,0 +1,221 @@
+"""Where every file of a run lives, and what the summary reads and writes: one table each.
+
+The rules (workflow/rules/*.smk), the summary, the tools and the tests name a result by what it
+is (its record kind, or one of FILES) and get its path from here; no other module spells a path
+under results/. Paths are relative to the workflow root; a `{task}` or `{variant}` left
+unfilled stays a Snakemake wildcard.
+
+- RECORDS: every result record, by kind (the `kind` field it carries and the name of its JSON
+  Schema, src/kbfuse/schemas/<kind>.schema.json), with the tasks it exists for;
+- FILES: the other files (compiled artifacts, the KernelBench checkout, summary, manifest,
+  bundle); logs and benchmarks go to results/logs/<stage>.log and
+  results/benchmarks/<stage>.tsv;
+- TABLES: every summary table, in the order it is written, with what it holds and where the
+  workflow report shows it. A table named `x` is built by `kbfuse.results.summary.x_table` and
+  captioned by workflow/report/x.rst; adding a table is one row here plus those two.
+
+Kept free of torch and pandas so that the Snakefile can import it at parse time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import string
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbfuse.tasks.registry import WITNESS_TASK
+
+RESULTS = "results"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A result record: its path under results/, and the one task it needs (None: any)."""
+
+    path: str
+    needs_task: int | None = None
+
+
+RECORDS: dict[str, Record] = {
+    "kernelbench_pin": Record("kernelbench/pin.json"),
+    "env": Record("env/fingerprint.json"),
+    "compile": Record("compile/{variant}/meta.json"),
+    "verify": Record("verify/{variant}.json"),
+    "correctness": Record("correctness/{task}/{variant}.json"),
+    "correctness_baselines": Record("correctness/{task}/baselines.json"),
+    "timing": Record("timing/{task}.json"),
+    "controls": Record("controls/{task}.json"),
+    # The minimal task-81 witness: only a study that includes the witness task writes it.
+    "witness81": Record("controls/witness81.json", needs_task=WITNESS_TASK),
+    "margin_audit": Record("protocol/margin_audit.json"),
+    "direction_witness": Record("protocol/direction_witness.json"),
+}
+
+FILES: dict[str, str] = {
+    "checkout": "kernelbench/checkout",
+    "checkout_record": "kernelbench/checkout.json",
+    "task_pin": "kernelbench/tasks/{task}.json",
+    "artifact": "compile/{variant}/tails.bin",
+    "summary": "summary/{name}",
+    "manifest": "manifest.json",
+    "bundle": "bundle/kbfuse-results.tar.gz",
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    """A summary table: one line saying what it holds, and its workflow-report category."""
+
+    description: str
+    category: str
+
+
+TABLES: dict[str, Table] = {
+    "correctness": Table(
+        "task x variant: cases, official passes, bit identity, largest errors", "Bits"
+    ),
+    "correctness_cases": Table("every correctness case of every task x implementation", "Bits"),
+    "baseline_bit_identity": Table("TorchScript and Inductor against eager, per task", "Bits"),
+    "compiler_contract": Table(
+        "variant: route, options, compiler, FTZ requested/expected/effective", "Bits"
+    ),
+    "timing_full": Table("full program time per task x implementation x method", "Time"),
+    "timing_tail": Table(
+        "tail time per task x implementation x method, against the copy floor", "Time"
+    ),
+    "small_shapes": Table("the small-shape timings per task", "Time"),
+    "ftz_cost": Table("paired FTZ-on over FTZ-off cost per task and route", "Time"),
+    "position_effect": Table(
+        "per timed block: first-position samples over the others (1: no effect)", "Time"
+    ),
+    "tiny_values": Table("tiny-value control cases per task x variant", "Bits"),
+    "exhaustive": Table(
+        "every float32 input per task x variant: outputs whose bits differ from eager", "Bits"
+    ),
+    "control_bit_equality": Table(
+        "bit-equal elements per variant x control set (the plot's data)", "Bits"
+    ),
+    "witness81": Table("the minimal task-81 witness per variant and input", "Bits"),
+    "toolchains": Table(
+        "each variant beside its twin compiled by another NVRTC: artifact, FTZ, bits", "Bits"
+    ),
+    "margin_audit": Table("official vs historical error ratios of every audited record", "Bits"),
+    "direction_witness": Table(
+        "a float32 pair on which allclose(a, b) and allclose(b, a) disagree", "Bits"
+    ),
+    "skipped": Table(
+        "implementations gated out of timing (main and small shape), with reasons", "Bits"
+    ),
+    "environment": Table("the fingerprint of the machine that produced the results", "Environment"),
+}
+PLOT_CONTROL_BIT_EQUALITY = "control_bit_equality.png"
+PLOT_CATEGORY = "Plots"
+
+
+class _KeepMissing(dict):
+    """format_map helper: a wildcard not given stays `{name}`."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _under(results: str | Path, pattern: str, wildcards: Mapping[str, Any]) -> str:
+    return f"{Path(results).as_posix()}/{pattern.format_map(_KeepMissing(wildcards))}"
+
+
+def record(kind: str, /, results: str | Path = RESULTS, **wildcards: Any) -> str:
+    """The path of the record of `kind` (wildcards not given stay Snakemake wildcards)."""
+    return _under(results, RECORDS[kind].path, wildcards)
+
+
+def file(name: str, /, results: str | Path = RESULTS, **wildcards: Any) -> str:
+    """The path of one of FILES (wildcards not given stay Snakemake wildcards)."""
+    return _under(results, FILES[name], wildcards)
+
+
+def log(stage: str) -> str:
+    """A job's log file; `stage` names it, e.g. "timing/{task}"."""
+    return f"{RESULTS}/logs/{stage}.log"
+
+
+def benchmark(stage: str) -> str:
+    """A job's Snakemake benchmark file; `stage` as for `log`."""
+    return f"{RESULTS}/benchmarks/{stage}.tsv"
+
+
+def wildcards_of(pattern: str) -> list[str]:
+    """The wildcard names of a path pattern, in order."""
+    return [name for _, name, _, _ in string.Formatter().parse(pattern) if name]
+
+
+def record_keys(config: Mapping[str, Any]) -> Iterator[tuple]:
+    """(kind, *wildcard values) of every record a run of `config` writes, in RECORDS order,
+    tasks and variants in config order."""
+    values = {"task": list(config["tasks"]), "variant": list(config["variants"])}
+    for kind, entry in RECORDS.items():
+        if entry.needs_task is not None and entry.needs_task not in values["task"]:
+            continue
+        names = wildcards_of(entry.path)
+        for combo in itertools.product(*(values[name] for name in names)):
+            yield (kind, *combo)
+
+
+def result_paths(config: Mapping[str, Any]) -> dict[tuple, str]:
+    """Every record of a run, keyed by (kind, *wildcard values), relative to results/."""
+    paths = {}
+    for kind, *combo in record_keys(config):
+        names = wildcards_of(RECORDS[kind].path)
+        paths[(kind, *combo)] = RECORDS[kind].path.format(**dict(zip(names, combo, strict=True)))
+    return paths
+
+
+def record_files(
+    config: Mapping[str, Any], kinds: Iterable[str], results: str | Path = RESULTS
+) -> list[str]:
+    """The paths of every record of `kinds` a run of `config` writes, kind by kind."""
+    paths = result_paths(config)
+    return [
+        f"{Path(results).as_posix()}/{paths[key]}"
+        for kind in kinds
+        for key in paths
+        if key[0] == kind
+    ]
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def tail_plot_name(task: int) -> str:
+    return f"tail_time_{task}.png"
+
+
+def summary_outputs(config: Mapping[str, Any]) -> list[str]:
+    """File names (relative to the summary directory) that `write_summary` writes."""
+    names = [f"{table}.{ext}" for table in TABLES for ext in ("csv", "md")]
+    names += [tail_plot_name(task) for task in config["tasks"]]
+    names.append(PLOT_CONTROL_BIT_EQUALITY)
+    return names
+
+
+def report_category(output: str) -> str:
+    """The workflow-report category of one summary output (table or plot)."""
+    if output.endswith(".png"):
+        return PLOT_CATEGORY
+    return TABLES[output.split(".")[0]].category
+
+
+def caption_name(output: str) -> str:
+    """The caption file in workflow/report/ for one summary output (table or plot)."""
+    name = Path(output).name
+    stem = name.split(".")[0]
+    if name.endswith(".png"):
+        return ("tail_time" if stem.startswith("tail_time_") else stem) + "_plot.rst"
+    return f"{stem}.rst"
+
+
+def summary_inputs(config: Mapping[str, Any], results_dir: str | Path = RESULTS) -> list[str]:
+    """The input paths of the summary rule (results_dir joined), in a stable order."""
+    return [str(Path(results_dir) / rel) for rel in result_paths(config).values()]

@@ -1,0 +1,220 @@
+"""What every GPU stage (verify, correctness, timing, controls) does around its measurements.
+
+- `Progress`: one progress line at a time, to the stage's logger and appended to the job's log
+  file, so an interrupted job leaves the lines it got to;
+- `read_compile_meta(s)`: a variant's compile metadata (results/compile/{variant}/meta.json),
+  checked before any CUDA work: a compile record, for that variant, with the keys the stage
+  reads, and an artifact hash to check the artifact and the correctness records against;
+- `load_modules`: the compiled artifacts of the named variants, and only those, loaded;
+- `record` and `task_provenance`: the header every result record starts with (its kind,
+  `schema_version`, the CUDA cache setting in force) and the provenance of a task's records
+  (the pinned commit and the task file's sha256);
+- `write_all`: a stage's records written only once every one is computed, and none left
+  behind when one write fails;
+- `measure_program`: every implementation of a program (baselines and loaded kernel modules)
+  timed at both scopes (the whole program, the tail alone) with both methods, by the protocol
+  of `kbfuse.timing.measure`: the timing stage's main measurement and the controls' small shape.
+
+The stages differ in what they measure; this module holds what they share, so that a new
+stage (or a change to what every record carries) is written once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kbfuse.compilation import cudacache, launch
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json, write_json
+from kbfuse.tasks import baselines as baseline_builders
+from kbfuse.timing.measure import METHODS, SCOPES, assemble_scope, block_seed, time_interleaved
+
+SCHEMA_VERSION = 1
+# Keys every stage reads from compile metadata.
+COMPILE_META_KEYS = ("variant", "artifact_sha256")
+
+
+class Progress:
+    """Progress lines to `logger` and, when a path is given, appended to that file.
+
+    `fresh=True` empties the file first, for a stage whose log holds one run only."""
+
+    def __init__(
+        self,
+        log: str | os.PathLike | None,
+        logger: logging.Logger | str = "kbfuse",
+        *,
+        fresh: bool = False,
+    ):
+        self.path = Path(log) if log is not None else None
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if fresh:
+                self.path.write_text("")
+
+    def __call__(self, message: str) -> None:
+        self.logger.info("%s", message)
+        if self.path is not None:
+            with open(self.path, "a") as fh:
+                fh.write(message + "\n")
+
+
+def read_compile_meta(
+    meta_path: str | os.PathLike, variant: str, required: Iterable[str] = ()
+) -> dict:
+    """The compile metadata of `variant`; KbfuseError naming the file unless it is a compile
+    record for that variant holding `required` and COMPILE_META_KEYS, with a sha256 string."""
+    try:
+        meta = read_json(meta_path)
+    except (OSError, ValueError) as exc:
+        raise KbfuseError(f"variant {variant}: compile metadata {meta_path}: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("kind") != "compile":
+        raise KbfuseError(f"compile metadata {meta_path} is not a compile record (kind 'compile')")
+    missing = [key for key in dict.fromkeys((*required, *COMPILE_META_KEYS)) if key not in meta]
+    if missing:
+        raise KbfuseError(f"compile metadata {meta_path} lacks key(s) {missing}")
+    if meta["variant"] != variant:
+        raise KbfuseError(
+            f"compile metadata {meta_path} is for variant {meta['variant']!r}, not {variant!r}"
+        )
+    if not isinstance(meta["artifact_sha256"], str):
+        raise KbfuseError(f"variant {variant}: {meta_path} has no artifact_sha256")
+    return meta
+
+
+def read_compile_metas(
+    variants: Mapping[str, tuple], required: Iterable[str] = ()
+) -> dict[str, dict]:
+    """Variant -> compile metadata for `variants` (name -> (artifact, meta path)), in order."""
+    required = tuple(required)
+    return {
+        name: read_compile_meta(meta_path, name, required)
+        for name, (_artifact, meta_path) in variants.items()
+    }
+
+
+def load_modules(
+    variants: Mapping[str, tuple], names: Iterable[str], metas: Mapping[str, dict]
+) -> dict[str, Any]:
+    """LoadedModule per named variant (only these are ever loaded)."""
+    return {name: launch.LoadedModule.load(Path(variants[name][0]), metas[name]) for name in names}
+
+
+def task_provenance(spec, **extra: Any) -> dict:
+    """Where a task's record comes from: the pinned commit and the task file's sha256."""
+    return {"pin_commit": spec.pin_commit, "task_sha256": spec.sha256, **extra}
+
+
+def make_record(kind: str, **fields: Any) -> dict:
+    """A result record of `kind`: its header, `fields`, and the CUDA cache setting in force
+    (`cuda_cache`, unless given)."""
+    return {
+        "kind": kind,
+        "schema_version": SCHEMA_VERSION,
+        **fields,
+        "cuda_cache": fields.get("cuda_cache", cudacache.current_setting()),
+    }
+
+
+def write_all(records: Mapping[Any, Any]) -> None:
+    """write_json every path -> record, only once all are computed; if one write fails, the
+    files already written are removed again, so a failure leaves no partial set behind."""
+    written: list[Path] = []
+    try:
+        for path, content in records.items():
+            write_json(path, content)
+            written.append(Path(path))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------- timed programs
+
+
+def scope_impls(
+    scope: str,
+    model,
+    x,
+    y,
+    tail,
+    baseline_names: Sequence[str],
+    modules: Mapping[str, Any],
+) -> dict[str, Callable[[], Any]]:
+    """Zero-argument callables for one scope, baselines first, then variants.
+
+    full: x -> the whole model (baselines) or FusedProgram (the model's linear, then the
+    kernel). tail: the fixed linear output y -> the model's tail (baselines, built on the
+    model with its linear swapped for Identity) or run_tail into a preallocated output.
+    """
+    import torch
+
+    if scope == "full":
+        target, example = model, x
+    elif scope == "tail":
+        target, example = baseline_builders.tail_module(model, tail), y
+    else:
+        raise KbfuseError(f"timing scope {scope!r} is unknown; known: {list(SCOPES)}")
+    impls: dict[str, Callable[[], Any]] = {}
+    for name in baseline_names:
+        impls[name] = functools.partial(baseline_builders.build(name, target, example), example)
+    for variant, module in modules.items():
+        if scope == "full":
+            impls[variant] = functools.partial(launch.FusedProgram(module, tail, model), x)
+        else:
+            out = torch.empty_like(y)
+            impls[variant] = functools.partial(launch.run_tail, module, tail, model, y, out)
+    return impls
+
+
+def measure_program(
+    model,
+    x,
+    tail,
+    baseline_names: Sequence[str],
+    modules: Mapping[str, Any],
+    protocol: Mapping[str, int],
+    say: Callable[[str], None],
+    labels: Sequence[Any] = (),
+) -> dict:
+    """Time both scopes with both methods; {measurements, ratios, tail_bytes}.
+
+    Each scope/method block gets its own balanced round orders, seeded from the protocol's
+    order seed and `labels` (the task, and the control's name) plus the block's key.
+    """
+    import torch
+
+    with torch.no_grad():
+        y = tail.linear(model)(x).contiguous()
+        measurements: dict[str, dict] = {}
+        ratios: dict[str, dict] = {}
+        for scope in SCOPES:
+            impls = scope_impls(scope, model, x, y, tail, baseline_names, modules)
+            for method in METHODS:
+                key = f"{scope}/{method}"
+                say(f"timing {key}: {', '.join(impls)}")
+                samples, positions = time_interleaved(
+                    impls,
+                    method,
+                    warmup=protocol["warmup"],
+                    rounds=protocol["rounds"],
+                    invocations_per_pair=protocol["invocations_per_pair"],
+                    seed=block_seed(protocol["order_seed"], *labels, scope, method),
+                    log=say,
+                )
+                measurements[key], ratios[key] = assemble_scope(
+                    samples, positions, baseline_names, list(modules)
+                )
+                for name, entry in measurements[key].items():
+                    say(f"{key} {name}: median {entry['median_ms']:.6f} ms")
+            del impls
+            torch.cuda.empty_cache()
+        tail_bytes = int(tail.bytes_moved(y))
+    return {"measurements": measurements, "ratios": ratios, "tail_bytes": tail_bytes}

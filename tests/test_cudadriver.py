@@ -192,7 +192,6 @@ def test_missing_cuda_bindings_says_what_to_install(monkeypatch):
         cudadriver.NoCudaDriver, match=r"cuda-bindings.*not installed.*kbfuse\[cuda13\]"
     ):
         cudadriver.load_driver()
-    assert cudadriver.device_count.__module__ == "kbfuse.cudadriver"
     with pytest.raises(KbfuseError, match=r"arch: auto needs a GPU.*cuda-bindings"):
         gpu_arch()
 

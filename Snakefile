@@ -13,7 +13,7 @@ min_version("9.0")
 # path, after site-packages, so the jobs get src/ first through PYTHONPATH, which they inherit.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from kbfuse.jobs import announce_cpu_target, put_first_on_jobs_path
+from kbfuse.workflow.jobs import announce_cpu_target, put_first_on_jobs_path
 
 put_first_on_jobs_path(Path(workflow.basedir) / "src")
 
@@ -26,7 +26,7 @@ report: "workflow/report/workflow.rst"
 
 # kbfuse's check first (the files, then the merged config; one line per problem naming key
 # and value; exit 1 before any job), then Snakemake's own, which fills in the schema's defaults.
-from kbfuse.config import check_workflow_config
+from kbfuse.workflow.config import check_workflow_config
 from kbfuse.errors import KbfuseError
 
 try:

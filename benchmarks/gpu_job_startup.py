@@ -4,7 +4,7 @@ Times, in a fresh Python process per phase and round (medians over --repeats rou
 interpreter start, `import torch`, `import cupy`, `import snakemake` (the `script:`
 preamble), the kbfuse stage modules, CUDA init, loading the pinned KernelBench task and
 building its model on the CPU, moving it to the GPU, and Inductor compiling the task's tail
-with a cold and then a warm on-disk cache (kbfuse.startup). GPU phases are listed as not
+with a cold and then a warm on-disk cache (kbfuse.workflow.startup). GPU phases are listed as not
 measured where torch sees no GPU.
 
     python benchmarks/gpu_job_startup.py --checkout results/kernelbench/checkout \\
@@ -19,7 +19,7 @@ import sys
 
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json, write_text
-from kbfuse.startup import PHASE_NAMES, measure, report_markdown
+from kbfuse.workflow.startup import PHASE_NAMES, measure, report_markdown
 
 
 def main(argv: list[str] | None = None) -> int:

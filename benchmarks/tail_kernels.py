@@ -16,7 +16,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from kbfuse import cudacache
+from kbfuse.compilation import cudacache
 
 
 def main() -> None:
@@ -31,10 +31,10 @@ def main() -> None:
         cudacache.isolate(scratch)
         import torch
 
-        from kbfuse import baselines, kernelbench
-        from kbfuse.inputs import make_input
-        from kbfuse.launch import LoadedModule, run_tail
-        from kbfuse.tails import tail_for
+        from kbfuse.compilation.launch import LoadedModule, run_tail
+        from kbfuse.tasks import baselines, kernelbench
+        from kbfuse.tasks.inputs import make_input
+        from kbfuse.tasks.tails import tail_for
 
         baselines.set_numerics()
         results = args.results

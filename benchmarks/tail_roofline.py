@@ -5,7 +5,8 @@ prints every implementation's CUDA-graph tail median, the tail's bytes moved, th
 (bytes at the measured device-to-device copy bandwidth, results/env/fingerprint.json), the %
 of that floor reached and the ratio to Inductor's median, and whether each variant of the
 `fast` kernel meets the targets (<= 1.00 x Inductor, >= 85 % of the floor). No GPU needed:
-it only reads result files (kbfuse.roofline, a view over kbfuse.summary's timing_tail table).
+it only reads result files (kbfuse.timing.roofline, a view over kbfuse.results.summary's
+timing_tail table).
 
     python benchmarks/tail_roofline.py [--results results] [--task 53 ...]
         [--json PATH] [--markdown PATH]
@@ -19,7 +20,7 @@ import sys
 
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json, write_text
-from kbfuse.roofline import TARGET_KERNELS, report_markdown, roofline
+from kbfuse.timing.roofline import TARGET_KERNELS, report_markdown, roofline
 
 
 def main(argv: list[str] | None = None) -> int:

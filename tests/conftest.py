@@ -123,7 +123,7 @@ def workflow_copy(tmp_path, kb_repo) -> tuple[Path, Path]:
 
 _COMPILE_IN_CHILD = """
 import json, sys
-from kbfuse.compile import compile_variant
+from kbfuse.compilation.compile import compile_variant
 a = json.loads(sys.argv[1])
 compile_variant(a["source"], a["variant"], a["spec"], a["arch"], artifact=a["artifact"],
                 meta=a["meta"], log=a["log"])
@@ -131,11 +131,13 @@ compile_variant(a["source"], a["variant"], a["spec"], a["arch"], artifact=a["art
 
 
 def compile_in_child(out: Path, source, variant: str, spec: dict, arch: str = "auto"):
-    """(artifact, meta path) of `source` compiled by kbfuse.compile into `out`, in a child
+    """(artifact, meta path) of `source` compiled by kbfuse.compilation.compile into `out`, in a
+    child
     process with an isolated CUDA compute cache: a test process that has already started CUDA
-    cannot isolate its own cache any more (kbfuse.cudacache), and the cache's key ignores
+    cannot isolate its own cache any more (kbfuse.compilation.cudacache), and the cache's key
+    ignores
     --ftz, so compiles must not see an earlier one."""
-    from kbfuse import cudacache
+    from kbfuse.compilation import cudacache
 
     out.mkdir(parents=True, exist_ok=True)
     args = {
@@ -167,7 +169,7 @@ def isolated_process(tmp_path_factory):
     ignores --ftz (docs/findings.md, "Hidden compiler settings"). For modules that compile
     in-process (`pytestmark = pytest.mark.usefixtures("isolated_process")`); the environment
     is restored at the end of the module."""
-    from kbfuse import cudacache
+    from kbfuse.compilation import cudacache
     from kbfuse.errors import KbfuseError
 
     saved = dict(os.environ)
@@ -209,7 +211,7 @@ def _skip_without_nvcc(items) -> None:
     nvcc_tests = [item for item in items if item.get_closest_marker("nvcc")]
     if not nvcc_tests:
         return
-    from kbfuse.compile import find_nvcc
+    from kbfuse.compilation.compile import find_nvcc
     from kbfuse.errors import KbfuseError
 
     try:

@@ -16,6 +16,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = (ROOT / "docs/contracts.md").read_text()
+PACKAGE = ROOT / "src/kbfuse"
+# Module name as the docs write it (the file's stem) -> its import path in the package.
+MODULES = {
+    path.stem: "kbfuse." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    for path in PACKAGE.rglob("*.py")
+    if path.stem != "__init__"
+}
 
 
 def _section(title: str) -> str:
@@ -40,9 +47,9 @@ def _resolve(dotted: str, modules: list[str]):
     row's module, or in a module of the package when it starts with one."""
     first, *rest = dotted.split(".")
     if rest and first in modules:
-        owner, path = importlib.import_module(f"kbfuse.{first}"), rest
+        owner, path = importlib.import_module(MODULES[first]), rest
     else:
-        owner, path = importlib.import_module(f"kbfuse.{modules[0]}"), [first, *rest]
+        owner, path = importlib.import_module(MODULES[modules[0]]), [first, *rest]
     for part in path:
         owner = getattr(owner, part)
     return owner
@@ -72,7 +79,8 @@ def _api_defs() -> list[tuple[str, str, str, list[str]]]:
     block = CONTRACTS.split("### Python APIs between modules")[1]
     block = block.split("```python")[1].split("```")[0]
     found, module, cls = [], None, ""
-    for start in re.finditer(r"^(# kbfuse\.(\w+)|class (\w+)|(\s*)def (\w+)\()", block, re.M):
+    pattern = r"^(# kbfuse\.(?:\w+\.)*(\w+)\b|class (\w+)|(\s*)def (\w+)\()"
+    for start in re.finditer(pattern, block, re.M):
         if start.group(2):
             module, cls = start.group(2), ""
         elif start.group(3):
@@ -90,10 +98,11 @@ def _api_defs() -> list[tuple[str, str, str, list[str]]]:
 
 def test_the_module_table_names_every_module_of_the_package():
     listed = {name for names, _ in _module_rows() for name in names}
-    package = ROOT / "src/kbfuse"
-    modules = {path.stem for path in package.glob("*.py") if path.stem != "__init__"}
-    assert sorted(modules - listed) == []
-    assert sorted(listed - modules) == []
+    assert len(MODULES) == len(list(PACKAGE.rglob("*.py"))) - len(
+        list(PACKAGE.rglob("__init__.py"))
+    )
+    assert sorted(set(MODULES) - listed) == []
+    assert sorted(listed - set(MODULES)) == []
 
 
 def _calls(text: str) -> list[tuple[str, str]]:
@@ -120,7 +129,7 @@ def test_every_function_the_module_table_names_exists(names, job):
 
 @pytest.mark.parametrize("module,cls,name,params", _api_defs(), ids=lambda v: str(v))
 def test_every_api_signature_matches_the_code(module, cls, name, params):
-    owner = importlib.import_module(f"kbfuse.{module}")
+    owner = importlib.import_module(MODULES[module])
     if cls:
         owner = getattr(owner, cls)
     signature = inspect.signature(getattr(owner, name))
@@ -159,7 +168,7 @@ def test_the_readme_names_one_rule_file_and_one_module_per_stage():
     assert rule_files == {p.name for p in (ROOT / "workflow/rules").glob("*.smk")} - {"common.smk"}
     for row in rows:
         for module in re.findall(r"`(\w+)`", row[2]):
-            assert (ROOT / "src/kbfuse" / f"{module}.py").is_file(), module
+            assert module in MODULES, module
         rules = re.findall(
             r"^rule (\w+):", (ROOT / "workflow/rules" / row[1].strip("` ")).read_text(), re.M
         )

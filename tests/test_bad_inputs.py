@@ -4,7 +4,7 @@ Each bad input (wrong commit, missing task, unreachable URL, a kernel that does 
 must fail with a message that names the problem, leave no output of the failing job, and
 start no job downstream of it. The runs use --keep-going, so jobs that do not depend on the
 failure still run: "nothing downstream" is then the DAG's doing, not Snakemake stopping early.
-The fifth case, a task file edited after pinning, is caught by kbfuse.kernelbench.load_task,
+The fifth case, a task file edited after pinning, is caught by kbfuse.tasks.kernelbench.load_task,
 which every GPU stage calls before it imports a task.
 """
 
@@ -20,7 +20,7 @@ from kbrepo import make_kernelbench_repo
 
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file
-from kbfuse.kernelbench import load_task, read_pin
+from kbfuse.tasks.kernelbench import load_task, read_pin
 
 DATA = Path(__file__).resolve().parent / "data"
 PIN = "results/kernelbench/pin.json"

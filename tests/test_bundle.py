@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from test_summary import make_config, write_study
 
-from kbfuse import cli
-from kbfuse.bundle import (
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json
+from kbfuse.layout import summary_inputs
+from kbfuse.results.bundle import (
     BUNDLE_ROOT,
     MANIFEST_MEMBER,
     RESULTS_PREFIX,
@@ -22,10 +24,8 @@ from kbfuse.bundle import (
     pack,
     verify_bundle,
 )
-from kbfuse.errors import KbfuseError
-from kbfuse.io import read_json
-from kbfuse.layout import summary_inputs
-from kbfuse.manifest import build_manifest, verify_manifest
+from kbfuse.results.manifest import build_manifest, verify_manifest
+from kbfuse.workflow import cli
 
 
 def result_files(root: Path, config: dict) -> list[str]:

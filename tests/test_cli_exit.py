@@ -17,10 +17,11 @@ import yaml
 from test_bundle import members_of, repack, result_files
 from test_summary import make_config, write_study
 
-from kbfuse import __version__, cli
-from kbfuse.bundle import MANIFEST_MEMBER, RESULTS_PREFIX, make_bundle
-from kbfuse.compare import COMPARISON_TABLES
-from kbfuse.manifest import build_manifest
+from kbfuse import __version__
+from kbfuse.results.bundle import MANIFEST_MEMBER, RESULTS_PREFIX, make_bundle
+from kbfuse.results.compare import COMPARISON_TABLES
+from kbfuse.results.manifest import build_manifest
+from kbfuse.workflow import cli
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = str(REPO / "kernels")
@@ -196,7 +197,10 @@ def test_the_installed_command_prints_no_traceback(made, tmp_path):
         (["--version"], cli.EXIT_OK),
     ):
         proc = subprocess.run(
-            [sys.executable, "-m", "kbfuse.cli", *argv], capture_output=True, text=True, env=env
+            [sys.executable, "-m", "kbfuse.workflow.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
         )
         assert proc.returncode == code, proc.stderr
         assert "Traceback" not in proc.stderr

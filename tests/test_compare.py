@@ -9,12 +9,12 @@ import pytest
 from test_bundle import members_of, repack, result_files
 from test_summary import make_config, write_study
 
-from kbfuse import cli
-from kbfuse.bundle import RESULTS_PREFIX, make_bundle
-from kbfuse.compare import ABSENT, COMPARISON_TABLES, compare_bundles
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
-from kbfuse.manifest import build_manifest
+from kbfuse.results.bundle import RESULTS_PREFIX, make_bundle
+from kbfuse.results.compare import ABSENT, COMPARISON_TABLES, compare_bundles
+from kbfuse.results.manifest import build_manifest
+from kbfuse.workflow import cli
 
 OTHER_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import cudacache, disasm, nvrtc, routes
-from kbfuse.compile import compile_variant, find_nvcc, options_mismatch
+from kbfuse.compilation import cudacache, disasm, nvrtc, routes
+from kbfuse.compilation.compile import compile_variant, find_nvcc, options_mismatch
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file
 
@@ -231,7 +231,7 @@ def test_nvrtc_last_ftz_wins_with_a_warning():
 _SPELLINGS_IN_CHILD = """
 import json, sys
 from pathlib import Path
-from kbfuse import nvrtc, routes
+from kbfuse.compilation import nvrtc, routes
 from kbfuse.errors import KbfuseError
 
 samples = {"flag": None, "bool": "true", "int": "2", "value": "X"}
@@ -274,7 +274,7 @@ def test_every_option_spelling_is_known_to_nvrtc():
 _RESTRICT_PROBE = """
 import hashlib, json, sys
 from pathlib import Path
-from kbfuse import kernelsrc, nvrtc
+from kbfuse.compilation import kernelsrc, nvrtc
 
 version = sys.argv[2] or None
 source = kernelsrc.load(Path(sys.argv[1])).text
@@ -506,7 +506,8 @@ def test_bad_spec_and_source_are_named(tmp_path):
     ],
 )
 def test_arch_auto_without_gpu_is_a_clear_error(tmp_path, monkeypatch, driver):
-    """`arch: auto` reads the GPU through libcuda (kbfuse.cudadriver), here faked: a machine
+    """`arch: auto` reads the GPU through libcuda (kbfuse.compilation.cudadriver), here faked: a
+    machine
     without the driver library, and one whose driver reports no device."""
     from test_cudadriver import FakeDriver, use
 
@@ -520,8 +521,8 @@ _AUTO_WITH_FAKE_DRIVER = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
 from test_cudadriver import FakeDriver
-from kbfuse import cudadriver
-from kbfuse.compile import compile_variant
+from kbfuse.compilation import cudadriver
+from kbfuse.compilation.compile import compile_variant
 cudadriver.load_library = lambda name=cudadriver.LIBRARY: FakeDriver(capabilities=[(8, 6)])
 a = json.loads(sys.argv[1])
 meta = compile_variant(a["source"], "v", a["spec"], "auto", a["artifact"], a["meta"], a["log"])
@@ -637,7 +638,7 @@ def test_naive_kernels_compile(tmp_path, route):
 
 _CHILD = """
 import json, sys
-from kbfuse.compile import compile_variant
+from kbfuse.compilation.compile import compile_variant
 a = json.loads(sys.argv[1])
 meta = compile_variant(a["source"], a["variant"], a["spec"], a["arch"], a["artifact"], a["meta"],
                        a["log"])
@@ -716,7 +717,7 @@ def test_cupy_default_records_the_options_cupy_passed(tmp_path, requested):
 
 _NVRTC_CHILD = """
 import sys
-from kbfuse import nvrtc
+from kbfuse.compilation import nvrtc
 from pathlib import Path
 source, ftz, out = sys.argv[1], sys.argv[2], sys.argv[3]
 import ctypes

@@ -6,7 +6,7 @@
 (b) Every GPU rule declares `resources: gpu=1` and the default profile caps `gpu=1`. Checked
     statically (the profile's YAML) and from each job's `resources:` line in a dry-run of `all`.
     Timing two GPU jobs against each other needs a GPU, so the cap's effect on the scheduler is
-    shown on this machine with GPU jobs that fail (kbfuse.jobs.require_gpu, made to take
+    shown on this machine with GPU jobs that fail (kbfuse.workflow.jobs.require_gpu, made to take
     SLOW_GPU_CHECK_S in the test's copy of the workflow, so that jobs running at once overlap
     in their logs): with --cores 8 under the profile they run one after the other, and with
     the cap lifted (--resources gpu=3) the same jobs overlap, which shows the check can see an
@@ -155,14 +155,14 @@ GPU_TARGETS = {
 
 
 SLOW_GPU_CHECK_S = 3.0
-_GPU_CHECK = "    from kbfuse import cudadriver\n\n    try:\n"
+_GPU_CHECK = "    from kbfuse.compilation import cudadriver\n\n    try:\n"
 
 
 def slow_gpu_check(workdir: Path) -> None:
     """Make require_gpu in the copied workflow take SLOW_GPU_CHECK_S before it fails: a job
     that fails within milliseconds would not overlap another in its log even when both ran
     at once, and the overlap check below could not fail."""
-    jobs = workdir / "src/kbfuse/jobs.py"
+    jobs = workdir / "src/kbfuse/workflow/jobs.py"
     text = jobs.read_text()
     assert text.count(_GPU_CHECK) == 1, "require_gpu changed: update slow_gpu_check"
     delay = f"    import time\n\n    time.sleep({SLOW_GPU_CHECK_S})\n"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from conftest import ROOT, snakemake
 
-from kbfuse.config import check_config, load_config, validate_schema, variant_spec
 from kbfuse.errors import KbfuseError
+from kbfuse.workflow.config import check_config, load_config, validate_schema, variant_spec
 
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 KERNELS = ROOT / "kernels"

@@ -1,4 +1,4 @@
-"""kbfuse.cudacache: isolating the CUDA compute cache and CuPy's kernel cache."""
+"""kbfuse.compilation.cudacache: isolating the CUDA compute cache and CuPy's kernel cache."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import cudacache
+from kbfuse.compilation import cudacache
 from kbfuse.errors import KbfuseError
 
 ISOLATED_RECORD = {
@@ -128,7 +128,7 @@ def test_isolate_refuses_once_the_driver_is_initialised(clean_env, tmp_path, mon
 
 _DRIVER_CHILD = """
 import sys
-from kbfuse import cudacache
+from kbfuse.compilation import cudacache
 from kbfuse.errors import KbfuseError
 before = cudacache.driver_initialised()
 import ctypes

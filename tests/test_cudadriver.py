@@ -1,4 +1,5 @@
-"""kbfuse.cudadriver (the compute capability through libcuda, no torch) and `arch: auto`.
+"""kbfuse.compilation.cudadriver (the compute capability through libcuda, no torch) and `arch:
+auto`.
 
 The driver library is replaced by `FakeDriver`, a stand-in whose functions write their results
 through the ctypes pointers kbfuse passes, as libcuda does; so every error path (no library, no
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import cudadriver
-from kbfuse.compile import gpu_arch, resolve_arch
+from kbfuse.compilation import cudadriver
+from kbfuse.compilation.compile import gpu_arch, resolve_arch
 from kbfuse.errors import KbfuseError
 
 ERROR_NAMES = {
@@ -95,7 +96,7 @@ class FakeDriver:
 
 
 def use(monkeypatch, driver) -> None:
-    """Make kbfuse.cudadriver load `driver` (an object, or an exception to raise)."""
+    """Make kbfuse.compilation.cudadriver load `driver` (an object, or an exception to raise)."""
 
     def load_library(name=cudadriver.LIBRARY):
         assert name == "libcuda.so.1"
@@ -208,7 +209,7 @@ def test_impossible_capability_is_refused(monkeypatch):
 
 _REAL_DRIVER = """
 import json, sys, tempfile
-from kbfuse import cudacache, cudadriver
+from kbfuse.compilation import cudacache, cudadriver
 cudacache.isolate(tempfile.mkdtemp())  # as every job does before cuInit
 try:
     answer = {"capability": list(cudadriver.compute_capability())}

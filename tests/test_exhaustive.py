@@ -6,15 +6,15 @@ import math
 
 import torch
 
-from kbfuse import exhaustive
-from kbfuse.exhaustive import (
+from kbfuse.checks import exhaustive
+from kbfuse.checks.exhaustive import (
     PATTERNS,
     _tail_model_with_identity_operands,
     bit_patterns,
     compare_bits,
 )
-from kbfuse.numerics import f32_bits_hex
-from kbfuse.tails import TAILS
+from kbfuse.checks.numerics import f32_bits_hex
+from kbfuse.tasks.tails import TAILS
 
 
 def test_bit_patterns_enumerate_in_order_and_wrap_a_partial_row():

@@ -1,4 +1,4 @@
-"""kbfuse.cudacache's CUDA-initialised check, both ways, against a fake driver library.
+"""kbfuse.compilation.cudacache's CUDA-initialised check, both ways, against a fake driver library.
 
 `driver_initialised` asks libcuda only if the process has already loaded it (RTLD_NOLOAD) and
 reads cuDeviceGetCount's answer: CUDA_SUCCESS once cuInit has run, CUDA_ERROR_NOT_INITIALIZED
@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from kbfuse import cudacache
+from kbfuse.compilation import cudacache
 
 CUDA_ERROR_NOT_INITIALIZED = 3
 

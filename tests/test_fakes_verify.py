@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kbfuse import verify
+from kbfuse.checks import verify
+from kbfuse.checks.numerics import f32_bits_hex
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
-from kbfuse.numerics import f32_bits_hex
 
 PRODUCT = float(np.float32(verify.WITNESS_INPUT) * np.float32(verify.WITNESS_SCALE))
 

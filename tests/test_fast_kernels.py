@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import disasm, kernelsrc
-from kbfuse.compile import compile_variant
+from kbfuse.compilation import disasm, kernelsrc
+from kbfuse.compilation.compile import compile_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = ["--std=c++11", "--fmad=false", "--ftz=false"]

@@ -24,11 +24,12 @@ from hypothesis import strategies as st
 from test_bundle import members_of, repack, result_files
 from test_summary import make_config, write_study
 
-from kbfuse import cli, records, summary
-from kbfuse.bundle import MANIFEST_MEMBER, make_bundle, verify_bundle
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json
-from kbfuse.manifest import build_manifest, content_sha256, manifest_from_bytes
+from kbfuse.results import records, summary
+from kbfuse.results.bundle import MANIFEST_MEMBER, make_bundle, verify_bundle
+from kbfuse.results.manifest import build_manifest, content_sha256, manifest_from_bytes
+from kbfuse.workflow import cli
 
 FUZZ = settings(
     derandomize=True,

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 from snakemake.cli import parse_config
 from snakemake.utils import update_config
 
-from kbfuse import compile as kcompile
-from kbfuse import controls, correctness, kernelsrc, measure, routes
-from kbfuse.config import check_config, read_config_file, validate_schema
+from kbfuse.checks import controls, correctness
+from kbfuse.compilation import compile as kcompile
+from kbfuse.compilation import kernelsrc, routes
 from kbfuse.errors import KbfuseError
+from kbfuse.timing import measure
+from kbfuse.workflow.config import check_config, read_config_file, validate_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "kernels"

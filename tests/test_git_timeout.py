@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kbfuse.errors import KbfuseError
-from kbfuse.kernelbench import GIT_TIMEOUT_ENV, GIT_TIMEOUT_S, git_timeout_s, pin_kernelbench
+from kbfuse.tasks.kernelbench import GIT_TIMEOUT_ENV, GIT_TIMEOUT_S, git_timeout_s, pin_kernelbench
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TIMEOUT_S = 1.5

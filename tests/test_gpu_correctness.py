@@ -22,19 +22,17 @@ import numpy as np
 import pytest
 import torch
 
-from kbfuse import baselines, correctness, stage, taskchecks
-from kbfuse.cases import assemble, check_case
-from kbfuse.correctness import (
+from kbfuse import stage
+from kbfuse.checks import correctness, taskchecks
+from kbfuse.checks.cases import assemble, check_case
+from kbfuse.checks.correctness import (
     check_request,
     run_baselines,
     run_correctness,
     run_correctness_variants,
 )
-from kbfuse.errors import KbfuseError
-from kbfuse.io import jsonable, read_json, write_json
-from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
-from kbfuse.numerics import CASE_RECORD_KEYS
-from kbfuse.tail_controls import (
+from kbfuse.checks.numerics import CASE_RECORD_KEYS
+from kbfuse.checks.tail_controls import (
     CONTROL_ROWS,
     control_inputs,
     large_values,
@@ -42,8 +40,12 @@ from kbfuse.tail_controls import (
     tiny_values,
     value_rows,
 )
-from kbfuse.tails import tail_for, ulp_window
-from kbfuse.taskchecks import GROUPS
+from kbfuse.checks.taskchecks import GROUPS
+from kbfuse.errors import KbfuseError
+from kbfuse.io import jsonable, read_json, write_json
+from kbfuse.tasks import baselines
+from kbfuse.tasks.kernelbench import build_model, load_task, pin_kernelbench
+from kbfuse.tasks.tails import tail_for, ulp_window
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "kernels" / "naive.cu"
@@ -417,7 +419,7 @@ def test_shared_cases_compute_each_reference_once_and_match_single_runs(pinned, 
 def test_each_seed_checks_its_own_model_as_the_study_did(pinned, task):
     """Seeds x distributions: each seed builds the model right after seeding (its own weights),
     the subjects are built on that model, and the record names every model by its weights."""
-    from kbfuse.weights import weights_sha256
+    from kbfuse.tasks.weights import weights_sha256
 
     checks = cpu_checks(pinned, task)
     seen = []
@@ -450,7 +452,7 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
     """run_correctness(_variants) on the CPU: the model on the CPU, each "module" a stand-in
     whose output is the eager one times the factor its metadata names, no CUDA graph part.
     Checks the stage's plumbing (one model, records per variant, files) without a GPU."""
-    from kbfuse import launch
+    from kbfuse.compilation import launch
 
     class FakeModule:
         def __init__(self, artifact, meta):
@@ -617,7 +619,7 @@ def test_tail_module_needs_the_linear_attribute(pinned):
 
 _COMPILE_IN_CHILD = """
 import json, sys
-from kbfuse.compile import compile_variant
+from kbfuse.compilation.compile import compile_variant
 for job in json.loads(sys.argv[1]):
     compile_variant(job["source"], job["variant"], job["spec"], "auto", job["artifact"],
                     job["meta"], job["log"])
@@ -628,7 +630,7 @@ for job in json.loads(sys.argv[1]):
 def artifacts(tmp_path_factory):
     """variant -> (artifact, meta path): kernels/naive.cu as nvrtc-cubin, compiled in a child
     process whose CUDA compute cache is private and disabled."""
-    from kbfuse import cudacache
+    from kbfuse.compilation import cudacache
 
     root = tmp_path_factory.mktemp("correctness-compile")
     jobs, out = [], {}
@@ -752,7 +754,7 @@ def test_one_job_for_every_variant_writes_what_single_variant_jobs_write(
 
 @pytest.mark.gpu
 def test_ftz_variant_differs_from_eager_at_minus_88_for_task81(pinned, artifacts):
-    from kbfuse.launch import LoadedModule, run_tail
+    from kbfuse.compilation.launch import LoadedModule, run_tail
 
     checkout, pin, _ = pinned
     model = build_model(load_task(checkout, pin, 81), seed=INPUT_SEED, device="cuda")
@@ -770,7 +772,7 @@ def test_ftz_variant_differs_from_eager_at_minus_88_for_task81(pinned, artifacts
 
 @pytest.mark.gpu
 def test_graph_replay_restores_the_parameters_it_changes(pinned, artifacts):
-    from kbfuse.launch import LoadedModule
+    from kbfuse.compilation.launch import LoadedModule
 
     checkout, pin, _ = pinned
     spec = load_task(checkout, pin, 95)
@@ -826,7 +828,7 @@ def test_run_baselines_checks_torchscript_and_inductor(pinned, tmp_path):
 
 @pytest.mark.gpu
 def test_write_fingerprint_records_the_machine_and_a_positive_bandwidth(tmp_path):
-    from kbfuse.envinfo import write_fingerprint
+    from kbfuse.workflow.envinfo import write_fingerprint
 
     out, log = tmp_path / "fingerprint.json", tmp_path / "env.log"
     record = write_fingerprint(out, log, copy_bytes=256 * 1024**2)

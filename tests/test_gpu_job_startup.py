@@ -1,4 +1,5 @@
-"""benchmarks/gpu_job_startup.py and kbfuse.startup: phases timed for real in fresh processes.
+"""benchmarks/gpu_job_startup.py and kbfuse.workflow.startup: phases timed for real in fresh
+processes.
 
 The CPU phases (interpreter, imports, loading a task and building its model on the CPU) run
 here against the small KernelBench-shaped repository; the GPU phases (CUDA init, moving the
@@ -15,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import startup
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
-from kbfuse.kernelbench import pin_kernelbench
+from kbfuse.tasks.kernelbench import pin_kernelbench
+from kbfuse.workflow import startup
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks/gpu_job_startup.py"

@@ -1,7 +1,8 @@
 """Loading artifacts and launching the naive and fast tails.
 
 The CPU tests check what happens before CUDA is touched (grid sizes, artifact hashes). The
-GPU tests compile kernels/naive.cu and kernels/fast.cu with kbfuse.compile in a child process
+GPU tests compile kernels/naive.cu and kernels/fast.cu with kbfuse.compilation.compile in a child
+process
 with an isolated CUDA compute cache (the cache's key ignores --ftz, so the compiles must not
 see an earlier one), then check the kernels bit for bit against the pinned models' eager
 tails, on sampled inputs, on the fast kernels' fallback paths, and on every float32 input.
@@ -17,12 +18,10 @@ import pytest
 import torch
 from conftest import compile_in_child
 
-from kbfuse.errors import KbfuseError
-from kbfuse.exhaustive import exhaustive_control
-from kbfuse.io import read_json, sha256_file, write_json
-from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
-from kbfuse.kernelsrc import Launch
-from kbfuse.launch import (
+from kbfuse.checks.exhaustive import exhaustive_control
+from kbfuse.checks.numerics import f32_bits_hex
+from kbfuse.compilation.kernelsrc import Launch
+from kbfuse.compilation.launch import (
     MAX_GRID_X,
     FusedProgram,
     LoadedModule,
@@ -30,8 +29,10 @@ from kbfuse.launch import (
     run_tail,
     run_witness,
 )
-from kbfuse.numerics import f32_bits_hex
-from kbfuse.tails import TAILS
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json, sha256_file, write_json
+from kbfuse.tasks.kernelbench import build_model, load_task, pin_kernelbench
+from kbfuse.tasks.tails import TAILS
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "kernels"
@@ -42,7 +43,8 @@ BASE_OPTIONS = ["--std=c++11", "--fmad=false"]
 def compile_artifact(
     root: Path, name: str, route: str, options, arch: str = "auto", kernel: str = "naive"
 ):
-    """(artifact, meta) of kernels/<kernel>.cu compiled by kbfuse.compile in an isolated child."""
+    """(artifact, meta) of kernels/<kernel>.cu compiled by kbfuse.compilation.compile in an
+    isolated child."""
     spec = {"route": route, "kernel": kernel, "options": list(options)}
     artifact, meta = compile_in_child(root / name, KERNELS / f"{kernel}.cu", name, spec, arch)
     return artifact, read_json(meta)

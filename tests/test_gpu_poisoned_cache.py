@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import ROOT, copy_workflow, snakemake, write_test_config
 
-from kbfuse import disasm
+from kbfuse.compilation import disasm
 from kbfuse.io import read_json
 
 pytestmark = pytest.mark.gpu
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 _CARELESS = """
 import ctypes, sys
 from pathlib import Path
-from kbfuse import kernelsrc, nvrtc
+from kbfuse.compilation import kernelsrc, nvrtc
 ctypes.CDLL("libcuda.so.1").cuInit(0)   # a live driver, as in any GPU process
 src, ftz, out = sys.argv[1:]
 options = ["--std=c++11", "--fmad=false", f"--ftz={ftz}", "-arch=sm_90"]

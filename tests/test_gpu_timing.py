@@ -2,7 +2,7 @@
 
 A small KernelBench-shaped repository (tests/kbrepo.py) is pinned, kernels/naive.cu and a
 deliberately wrong kernel source (tests/data/wrong_tails.cu) are compiled with
-kbfuse.compile, correctness decides which variants may be timed, and the gate is proven:
+kbfuse.compilation.compile, correctness decides which variants may be timed, and the gate is proven:
 the wrong variant shows up only in `skipped`, and its module is never loaded or launched.
 
 The variants use the nvrtc-ptx route, which the CUDA compute-cache hazard (a cached cubin
@@ -19,14 +19,14 @@ import pytest
 from conftest import compile_in_child
 from kbrepo import BATCH, IN_FEATURES, OUT_FEATURES
 
-from kbfuse import launch
-from kbfuse.controls import run_controls, run_witness81
-from kbfuse.correctness import run_baselines, run_correctness
+from kbfuse.checks.controls import run_controls, run_witness81
+from kbfuse.checks.correctness import run_baselines, run_correctness
+from kbfuse.checks.numerics import CASE_RECORD_KEYS
+from kbfuse.compilation import launch
 from kbfuse.io import jsonable, read_json, write_json
-from kbfuse.kernelbench import pin_kernelbench
-from kbfuse.measure import MEASUREMENT_KEYS
-from kbfuse.numerics import CASE_RECORD_KEYS
-from kbfuse.timing import run_timing
+from kbfuse.tasks.kernelbench import pin_kernelbench
+from kbfuse.timing.measure import MEASUREMENT_KEYS
+from kbfuse.timing.timing import run_timing
 
 pytestmark = pytest.mark.gpu
 

@@ -12,11 +12,16 @@ from pathlib import Path
 import pytest
 from test_gpu_launch import BASE_OPTIONS, compile_artifact, host_witness_product, pin_tasks
 
-from kbfuse import cudacache
+from kbfuse.checks.numerics import f32_bits_hex
+from kbfuse.checks.verify import (
+    REQUIRED_META_KEYS,
+    describe_finding,
+    verify_variant,
+    verify_variants,
+)
+from kbfuse.compilation import cudacache
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
-from kbfuse.numerics import f32_bits_hex
-from kbfuse.verify import REQUIRED_META_KEYS, describe_finding, verify_variant, verify_variants
 
 # --------------------------------------------------------------------------- CPU
 
@@ -109,7 +114,7 @@ def test_verify_variants_checks_every_metadata_file_before_cuda(tmp_path):
 def cpu_verify(tmp_path, monkeypatch):
     """verify_variants on the CPU: modules, the witness and the task-81 tail are stand-ins
     (the witness "flushes" as the metadata expects), so the stage's plumbing is checked."""
-    from kbfuse import verify
+    from kbfuse.checks import verify
 
     class FakeModule:
         device = 0

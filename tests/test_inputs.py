@@ -5,7 +5,7 @@ import torch
 import yaml
 
 from kbfuse.errors import KbfuseError
-from kbfuse.inputs import DISTRIBUTIONS, check_distributions, make_input
+from kbfuse.tasks.inputs import DISTRIBUTIONS, check_distributions, make_input
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 SHAPE = (16, 32)

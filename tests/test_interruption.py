@@ -64,7 +64,7 @@ def test_killed_cpu_run_reruns_to_the_same_results(tmp_path, kb_repo, reference,
 
 _SUMMARY = """
 import sys, yaml
-from kbfuse.summary import write_summary
+from kbfuse.results.summary import write_summary
 cfg = yaml.safe_load(open(sys.argv[2]))
 write_summary(sys.argv[1], cfg, sys.argv[3])
 """

@@ -1,4 +1,5 @@
-"""kbfuse.jobs.require_gpu: the driver is asked first; torch only for stages that use it."""
+"""kbfuse.workflow.jobs.require_gpu: the driver is asked first; torch only for stages that use
+it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import sys
 
 import pytest
 
-from kbfuse import cudadriver, jobs
+from kbfuse.compilation import cudadriver
+from kbfuse.workflow import jobs
 
 
 def test_no_driver_is_named_with_the_advice(monkeypatch):

@@ -1,4 +1,4 @@
-"""kbfuse.kernelbench: pinning a KernelBench checkout, reading the pin, loading tasks."""
+"""kbfuse.tasks.kernelbench: pinning a KernelBench checkout, reading the pin, loading tasks."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from kbrepo import (
     task_relpath,
 )
 
-from kbfuse import kernelbench
 from kbfuse.errors import KbfuseError
-from kbfuse.kernelbench import build_model, load_task, pin_kernelbench, read_pin
+from kbfuse.tasks import kernelbench
+from kbfuse.tasks.kernelbench import build_model, load_task, pin_kernelbench, read_pin
 
 # A local clone or mirror of the real KernelBench: KBFUSE_KERNELBENCH_MIRROR, else the fixture
 # repository stands in (same task names, small shapes).

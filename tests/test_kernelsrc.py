@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import kernelsrc
+from kbfuse.compilation import kernelsrc
+from kbfuse.compilation.kernelsrc import (
+    Launch,
+    LaunchPlan,
+    grid_blocks,
+    included_headers,
+    parse_launch,
+)
 from kbfuse.errors import KbfuseError
-from kbfuse.kernelsrc import Launch, LaunchPlan, grid_blocks, included_headers, parse_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "kernels"
@@ -138,7 +144,7 @@ def test_the_study_kernels_declare_their_launches():
 
 
 def test_compiler_messages_name_the_file_and_line_of_the_error(tmp_path):
-    from kbfuse import nvrtc
+    from kbfuse.compilation import nvrtc
 
     write(tmp_path / "ops.cuh", "#pragma once\n\n__device__ float f(float x) { return y; }\n")
     source = PER_ELEMENT + '#include "ops.cuh"\n\n__global__ void g() { z; }\n'

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import layout, records, summary
+from kbfuse import layout
 from kbfuse.errors import KbfuseError
+from kbfuse.results import records, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"tasks": [53, 95], "variants": {"a": {}, "b": {}}}

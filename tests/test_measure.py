@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kbfuse.errors import KbfuseError
-from kbfuse.measure import (
+from kbfuse.timing.measure import (
     block_seed,
     interleave,
     paired_ratios,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import bundle as bundle_module
-from kbfuse.bundle import CHUNK, MANIFEST_MEMBER, RESULTS_PREFIX, Limits, verify_bundle
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_bytes
-from kbfuse.manifest import FINGERPRINT, PIN, compare_with_manifest
+from kbfuse.results import bundle as bundle_module
+from kbfuse.results.bundle import CHUNK, MANIFEST_MEMBER, RESULTS_PREFIX, Limits, verify_bundle
+from kbfuse.results.manifest import FINGERPRINT, PIN, compare_with_manifest
 
 
 def _tar(out: Path, members: list[tuple[str, bytes]]) -> Path:

@@ -13,10 +13,10 @@ import pytest
 from test_bundle import result_files
 from test_summary import make_config, write_study
 
-from kbfuse.bundle import make_bundle
-from kbfuse.controls import check_controls_cfg
+from kbfuse.checks.controls import check_controls_cfg
 from kbfuse.errors import KbfuseError
-from kbfuse.manifest import build_manifest, verify_manifest
+from kbfuse.results.bundle import make_bundle
+from kbfuse.results.manifest import build_manifest, verify_manifest
 
 CONTROLS = {
     "small_shape": {"batch": 128, "in_features": 1024, "out_features": 1024},

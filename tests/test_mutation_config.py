@@ -12,7 +12,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from kbfuse.config import (
+from kbfuse.errors import KbfuseError
+from kbfuse.workflow.config import (
     MAX_CONFIG_VALUES,
     check_config,
     check_config_files,
@@ -20,7 +21,6 @@ from kbfuse.config import (
     validate_schema,
     variant_spec,
 )
-from kbfuse.errors import KbfuseError
 
 RAW = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 

@@ -1,4 +1,5 @@
-"""kbfuse.deps: the module closure follows real imports, every form of them, and no others."""
+"""kbfuse.workflow.deps: the module closure follows real imports, every form of them, and no
+others."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import deps
+from kbfuse.workflow import deps
 
 MODULES = {
     "top": "import kbfuse.alpha\nfrom kbfuse import beta\nfrom kbfuse.gamma import thing\n",
@@ -50,11 +51,16 @@ def test_a_name_imported_from_a_module_is_not_a_module(src):
 
 
 def test_imported_modules_of_one_file(src):
-    assert deps._imported_modules(src / "top.py") == {"alpha", "beta", "gamma"}
+    # "gamma.thing" could be a module of a subpackage gamma: the closure looks and skips it
+    assert deps._imported_modules(src / "top.py") == {"alpha", "beta", "gamma", "gamma.thing"}
     assert deps._imported_modules(src / "alpha.py") == {"delta"}
     assert deps._imported_modules(src / "beta.py") == {"epsilon"}
     assert deps._imported_modules(src / "zeta.py") == set()
-    assert deps._imported_modules(src / "names.py") == {"gamma", "not_a_module"}
+    assert deps._imported_modules(src / "names.py") == {
+        "gamma",
+        "gamma.missing_name",
+        "not_a_module",
+    }
 
 
 def test_an_unknown_module_is_refused(src):
@@ -63,13 +69,29 @@ def test_an_unknown_module_is_refused(src):
 
 
 def test_the_real_verify_closure_follows_its_imports():
-    closure = deps.module_closure("verify")
-    assert {"verify", "cudacache", "errors", "io", "kernelbench", "launch", "numerics"} <= set(
-        closure
-    )
-    assert {"routes", "tails"} <= set(closure)
-    assert "summary" not in closure and "timing" not in closure
+    closure = deps.module_closure("checks.verify")
+    assert {
+        "checks.verify",
+        "compilation.cudacache",
+        "errors",
+        "io",
+        "tasks.kernelbench",
+        "compilation.launch",
+        "checks.numerics",
+    } <= set(closure)
+    assert {"compilation.routes", "tasks.tails"} <= set(closure)
+    assert "results.summary" not in closure and "timing.timing" not in closure
     assert list(closure) == sorted(closure)
+
+
+def test_a_module_of_a_subpackage_brings_the_subpackage_init():
+    closure = deps.module_closure("timing.measure")
+    assert closure == ("errors", "timing.__init__", "timing.measure")
+    assert deps.module_files("timing.measure")[1] == "src/kbfuse/timing/__init__.py"
+    with pytest.raises(
+        FileNotFoundError, match=r"no kbfuse module 'checks.absent' at .*checks/absent.py"
+    ):
+        deps.module_closure("checks.absent")
 
 
 def test_module_files_are_the_union_of_closures_as_workflow_paths():
@@ -80,8 +102,8 @@ def test_module_files_are_the_union_of_closures_as_workflow_paths():
 
 
 def test_module_files_name_the_schemas_the_records_module_reads():
-    files = deps.module_files("summary")
-    assert "src/kbfuse/records.py" in files
+    files = deps.module_files("results.summary")
+    assert "src/kbfuse/results/records.py" in files
     schemas = [f for f in files if f.startswith("src/kbfuse/schemas/")]
     assert "src/kbfuse/schemas/timing.schema.json" in schemas
     assert len(schemas) == len(list((deps.SRC / "schemas").glob("*.json")))

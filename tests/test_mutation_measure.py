@@ -1,5 +1,5 @@
 """Tests written for mutants of measure.py and timing.py's gate that survived the run of
-docs/mutation.md (the code after the timing statistics moved to kbfuse.measure).
+docs/mutation.md (the code after the timing statistics moved to kbfuse.timing.measure).
 
 Each pins what the suite looked at too loosely: a message anchored at both ends (a search for
 "timing.warmup" also finds "XXtiming.warmupXX"), the progress lines of an interleaved block,
@@ -13,9 +13,10 @@ import re
 
 import pytest
 
-from kbfuse import gate, measure, stage
+from kbfuse import stage
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json
+from kbfuse.timing import gate, measure
 
 SHA = "a" * 64
 PROTOCOL = {"warmup": 1, "rounds": 2, "invocations_per_pair": 1, "order_seed": 0, "input_seed": 0}

@@ -11,9 +11,9 @@ import re
 import pytest
 from test_summary import make_config, write_study
 
-from kbfuse import records
 from kbfuse.errors import KbfuseError
-from kbfuse.manifest import build_manifest
+from kbfuse.results import records
+from kbfuse.results.manifest import build_manifest
 
 
 @pytest.fixture

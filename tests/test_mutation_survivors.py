@@ -25,29 +25,9 @@ from conftest import ROOT
 from test_summary import make_config, write_study
 
 import kbfuse
-from kbfuse import bundle as bundle_module
-from kbfuse import cudacache, deps, gate, measure, routes, stage, verify
-from kbfuse.bundle import (
-    MANIFEST_MEMBER,
-    RESULTS_PREFIX,
-    format_report,
-    make_bundle,
-    pack,
-    verify_bundle,
-)
-from kbfuse.config import SCHEMA, check_config, load_config, validate_schema, variant_spec
-from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_json
-from kbfuse.manifest import (
-    build_manifest,
-    compare_with_manifest,
-    content_sha256,
-    environment_of,
-    is_safe_relpath,
-    load_manifest,
-    verify_manifest,
-)
-from kbfuse.numerics import (
+from kbfuse import stage
+from kbfuse.checks import verify
+from kbfuse.checks.numerics import (
     bit_equal_count,
     check_tolerance,
     error_ratio_map,
@@ -56,7 +36,31 @@ from kbfuse.numerics import (
     f32_from_bits,
     summarize_cases,
 )
-from kbfuse.verify import describe_finding
+from kbfuse.checks.verify import describe_finding
+from kbfuse.compilation import cudacache, routes
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_json
+from kbfuse.results import bundle as bundle_module
+from kbfuse.results.bundle import (
+    MANIFEST_MEMBER,
+    RESULTS_PREFIX,
+    format_report,
+    make_bundle,
+    pack,
+    verify_bundle,
+)
+from kbfuse.results.manifest import (
+    build_manifest,
+    compare_with_manifest,
+    content_sha256,
+    environment_of,
+    is_safe_relpath,
+    load_manifest,
+    verify_manifest,
+)
+from kbfuse.timing import gate, measure
+from kbfuse.workflow import deps
+from kbfuse.workflow.config import SCHEMA, check_config, load_config, validate_schema, variant_spec
 
 RESULTS = RESULTS_PREFIX
 
@@ -524,12 +528,12 @@ def test_progress_lines_reach_the_logger_and_the_log_as_written(caplog, tmp_path
     log = tmp_path / "logs" / "verify.log"
     log.parent.mkdir()
     log.write_text("an earlier run\n")
-    say = stage.Progress(log, "kbfuse.verify", fresh=True)
-    with caplog.at_level(logging.INFO, logger="kbfuse.verify"):
+    say = stage.Progress(log, "kbfuse.checks.verify", fresh=True)
+    with caplog.at_level(logging.INFO, logger="kbfuse.checks.verify"):
         say("variant v: 100% %s done")
     assert log.read_text() == "variant v: 100% %s done\n"
     assert [r.getMessage() for r in caplog.records] == ["variant v: 100% %s done"]
-    stage.Progress(log, "kbfuse.verify")("appended")
+    stage.Progress(log, "kbfuse.checks.verify")("appended")
     assert log.read_text().splitlines() == ["variant v: 100% %s done", "appended"]
 
 

@@ -19,8 +19,8 @@ from conftest import copy_workflow, snakemake, write_test_config
 from kbrepo import git
 
 from kbfuse.io import read_json, sha256_file
-from kbfuse.jobs import CPU_WITHOUT_ARCH
-from kbfuse.kernelbench import LOCAL_MIRROR, recorded_url
+from kbfuse.tasks.kernelbench import LOCAL_MIRROR, recorded_url
+from kbfuse.workflow.jobs import CPU_WITHOUT_ARCH
 
 PIN_TARGETS = ("results/kernelbench/pin.json",)
 
@@ -205,7 +205,7 @@ def test_a_held_lock_is_one_clear_message(pinned):
 def test_a_mirror_named_dot_git_leaves_no_spelling_of_its_path_in_the_log(kb_repo, tmp_path):
     """git prints "From file:///srv/KernelBench" for /srv/KernelBench.git: that is hidden too
     (the H200 reference's checkout log once kept it)."""
-    from kbfuse.kernelbench import pin_kernelbench
+    from kbfuse.tasks.kernelbench import pin_kernelbench
 
     url, commit = kb_repo
     mirror = tmp_path / "mirrors" / "KernelBench.git"

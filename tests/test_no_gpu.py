@@ -1,6 +1,7 @@
 """Issue 5: GPU stages on a machine without a GPU.
 
-Asking Snakemake for a GPU output here must fail within seconds with kbfuse.jobs.require_gpu's
+Asking Snakemake for a GPU output here must fail within seconds with
+kbfuse.workflow.jobs.require_gpu's
 message (which names the stage and points to the `cpu` target), leave no output of the job,
 and start nothing that depends on it. These tests can only run where CUDA sees no device.
 """

@@ -7,9 +7,7 @@ import math
 import pytest
 import torch
 
-from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json, jsonable
-from kbfuse.numerics import (
+from kbfuse.checks.numerics import (
     CASE_RECORD_KEYS,
     bit_equal_count,
     compare,
@@ -23,6 +21,8 @@ from kbfuse.numerics import (
     official_allclose,
     summarize_cases,
 )
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json, jsonable
 
 TOLERANCES = [(1e-4, 1e-4), (0.0, 0.0), (0.0, 1e-4), (1e-4, 0.0), (1e-5, 1e-3), (1e-2, 2.0)]
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 1.1754942e-38, 3.4e38, -3.4e38]

@@ -8,15 +8,15 @@ import math
 import pytest
 import torch
 
-from kbfuse.errors import KbfuseError
-from kbfuse.io import read_json, write_json
-from kbfuse.numerics import compare, f32_from_bits, summarize_cases
-from kbfuse.protocol import (
+from kbfuse.checks.numerics import compare, f32_from_bits, summarize_cases
+from kbfuse.checks.protocol import (
     direction_witness,
     margin_audit,
     write_direction_witness,
     write_margin_audit,
 )
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json, write_json
 
 
 def t32(values) -> torch.Tensor:

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from test_summary import make_config, write_study
 
-from kbfuse import plots, records, summary
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
+from kbfuse.results import plots, records, summary
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results/reference/h200"

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from kbfuse.bundle import MANIFEST_MEMBER
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file, write_json
-from kbfuse.manifest import verify_manifest
-from kbfuse.summary import build_tables
+from kbfuse.results.bundle import MANIFEST_MEMBER
+from kbfuse.results.manifest import verify_manifest
+from kbfuse.results.summary import build_tables
 
 REF = ROOT / "results/reference/h200"
 BUNDLE = REF / "bundle/kbfuse-results.tar.gz"
@@ -37,7 +37,7 @@ NOT_LISTED = ("manifest.json", "bundle/*", "logs/*", "benchmarks/*", "kernelbenc
 
 def kbfuse_command() -> list[str]:
     script = Path(sys.executable).with_name("kbfuse")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "kbfuse.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kbfuse.workflow.cli"]
 
 
 def test_reference_bundle_verifies_and_names_the_gpu():

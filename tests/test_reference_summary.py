@@ -34,13 +34,13 @@ import pytest
 import yaml
 from conftest import copy_workflow, snakemake
 
-from kbfuse import cli
-from kbfuse.bundle import verify_bundle
-from kbfuse.config import load_config
 from kbfuse.io import read_json
-from kbfuse.kernelbench import recorded_config
 from kbfuse.layout import summary_outputs
-from kbfuse.summary import build_tables
+from kbfuse.results.bundle import verify_bundle
+from kbfuse.results.summary import build_tables
+from kbfuse.tasks.kernelbench import recorded_config
+from kbfuse.workflow import cli
+from kbfuse.workflow.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results/reference/h200"

@@ -1,7 +1,8 @@
-"""kbfuse.tasks holds each task fact once; the rest derives it.
+"""kbfuse.tasks.registry holds each task fact once; the rest derives it.
 
 The tasks with a fused tail, their kernel names and the witness task are written in
-kbfuse.tasks only: the tail registry implements exactly those tasks, the loaded kernel names
+kbfuse.tasks.registry only: the tail registry implements exactly those tasks, the loaded kernel
+names
 are derived from them, every kernel source defines them, and the config schema admits exactly
 those tasks.
 """
@@ -13,8 +14,11 @@ import pytest
 import torch
 import yaml
 
-from kbfuse import launch, layout, tails, tasks
+from kbfuse import layout
+from kbfuse.compilation import launch
 from kbfuse.errors import KbfuseError
+from kbfuse.tasks import registry as tasks
+from kbfuse.tasks import tails
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,8 +28,8 @@ import pytest
 from conftest import snakemake
 from test_reference_summary import REFERENCE, make_recorded_copy, run_aggregates
 
-from kbfuse.config import load_config
 from kbfuse.layout import caption_name, summary_outputs
+from kbfuse.workflow.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTIONS = ROOT / "workflow/report"

@@ -82,7 +82,7 @@ def test_a_job_imports_the_checkouts_kbfuse_not_an_installed_one(tmp_path, kb_re
 
 
 def test_the_checkouts_src_goes_first_once_on_the_jobs_path(monkeypatch, tmp_path):
-    from kbfuse.jobs import put_first_on_jobs_path
+    from kbfuse.workflow.jobs import put_first_on_jobs_path
 
     src, other = str(tmp_path / "src"), str(tmp_path / "other")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([other, src, ""]))

@@ -19,10 +19,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kbfuse import layout, protocol, summary, tables
+from kbfuse import layout
+from kbfuse.checks import protocol
+from kbfuse.checks.numerics import f32_bits_hex
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_bytes, write_bytes, write_json
-from kbfuse.numerics import f32_bits_hex
+from kbfuse.results import summary, tables
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"

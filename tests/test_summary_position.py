@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from kbfuse.measure import round_orders
-from kbfuse.tables import position_effect_table
+from kbfuse.results.tables import position_effect_table
+from kbfuse.timing.measure import round_orders
 
 
 def measured(orders, name, true_ms, penalty):

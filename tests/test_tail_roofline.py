@@ -1,7 +1,7 @@
-"""benchmarks/tail_roofline.py and kbfuse.roofline on the committed H200 run (no GPU).
+"""benchmarks/tail_roofline.py and kbfuse.timing.roofline on the committed H200 run (no GPU).
 
 Every expected number is computed here from the raw reference JSON (timing medians, tail
-bytes, measured copy bandwidth), independently of kbfuse.summary, and checked against the
+bytes, measured copy bandwidth), independently of kbfuse.results.summary, and checked against the
 report. The reference holds one real `fast` variant; a copy with more `fast` variants added
 checks the target logic on either side of each threshold.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kbfuse import roofline
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
+from kbfuse.timing import roofline
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results/reference/h200"

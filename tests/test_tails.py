@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from kbfuse.errors import KbfuseError
-from kbfuse.kernelbench import build_model, load_task, pin_kernelbench
-from kbfuse.tails import TAILS, check_tail_input, tail_for
+from kbfuse.tasks.kernelbench import build_model, load_task, pin_kernelbench
+from kbfuse.tasks.tails import TAILS, check_tail_input, tail_for
 
 TASKS = (53, 81, 95)
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kbfuse.controls import (
+from kbfuse.checks.controls import (
     as_rows,
     check_controls_cfg,
     dense_case_name,
@@ -19,8 +19,8 @@ from kbfuse.controls import (
     without_ftz,
 )
 from kbfuse.errors import KbfuseError
-from kbfuse.gate import check_names, gate, gate_baselines, read_correctness_records
-from kbfuse.measure import (
+from kbfuse.timing.gate import check_names, gate, gate_baselines, read_correctness_records
+from kbfuse.timing.measure import (
     MEASUREMENT_KEYS,
     assemble_scope,
     best_compiled,

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kbfuse import nvrtc
-from kbfuse.compile import compile_variant
-from kbfuse.config import load_config, validate_schema
+from kbfuse.compilation import nvrtc
+from kbfuse.compilation.compile import compile_variant
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file
+from kbfuse.workflow.config import load_config, validate_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "config.yaml"

@@ -23,8 +23,10 @@ import pytest
 from test_bundle import members_of, repack, result_files
 from test_summary import make_config, write_study
 
-from kbfuse import cli, summary
-from kbfuse.bundle import (
+from kbfuse.errors import KbfuseError
+from kbfuse.io import dumps_json
+from kbfuse.results import summary
+from kbfuse.results.bundle import (
     BUNDLE_ROOT,
     MANIFEST_MEMBER,
     RESULTS_PREFIX,
@@ -34,10 +36,9 @@ from kbfuse.bundle import (
     read_bundle,
     verify_bundle,
 )
-from kbfuse.compare import COMPARISON_TABLES, compare_bundles
-from kbfuse.errors import KbfuseError
-from kbfuse.io import dumps_json
-from kbfuse.manifest import build_manifest, content_sha256
+from kbfuse.results.compare import COMPARISON_TABLES, compare_bundles
+from kbfuse.results.manifest import build_manifest, content_sha256
+from kbfuse.workflow import cli
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -113,7 +114,7 @@ def rss_of_verify(path: Path) -> tuple[int, float, float, str]:
     """(exit code, peak RSS in MB, seconds, stderr) of `kbfuse verify-bundle path`."""
     code = (  # VmHWM: the peak of this process alone (ru_maxrss can carry the parent's)
         "import sys\n"
-        "from kbfuse import cli\n"
+        "from kbfuse.workflow import cli\n"
         "rc = cli.main(['verify-bundle', sys.argv[1]])\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
         "sys.stderr.write(f'\\nRSS_KB {hwm}\\n')\n"

@@ -1,9 +1,11 @@
 """Issue 12: compiler options and kernel sources from someone else.
 
-Options are an allow-list per route (kbfuse.routes): nothing that reaches a shell, reads a file
+Options are an allow-list per route (kbfuse.compilation.routes): nothing that reaches a shell,
+reads a file
 kbfuse does not hash or writes a file is passed to a compiler, and that is decided when the
 config is checked, before any job. Every file a kernel source pulls in is inlined and hashed, or
-refused (kbfuse.kernelsrc). None of these tests needs nvcc or a GPU: the nvcc shell injection of
+refused (kbfuse.compilation.kernelsrc). None of these tests needs nvcc or a GPU: the nvcc shell
+injection of
 the issue is reproduced with a stand-in nvcc that hands its -D values to a shell, as nvcc does.
 """
 
@@ -20,10 +22,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbfuse import compile as kcompile
-from kbfuse import kernelsrc, routes
-from kbfuse.config import check_config, validate_schema
+from kbfuse.compilation import compile as kcompile
+from kbfuse.compilation import kernelsrc, routes
 from kbfuse.errors import KbfuseError
+from kbfuse.workflow.config import check_config, validate_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "kernels"

@@ -20,9 +20,10 @@ from conftest import ROOT, snakemake
 from snakemake.cli import parse_config
 from snakemake.utils import update_config
 
-from kbfuse import nvrtc
-from kbfuse.compile import ARCH_REGEX
-from kbfuse.config import (
+from kbfuse.compilation import nvrtc
+from kbfuse.compilation.compile import ARCH_REGEX
+from kbfuse.errors import KbfuseError
+from kbfuse.workflow.config import (
     SCHEMA,
     check_config,
     check_config_files,
@@ -30,7 +31,6 @@ from kbfuse.config import (
     read_config_file,
     validate_schema,
 )
-from kbfuse.errors import KbfuseError
 
 DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 KERNELS = ROOT / "kernels"

@@ -262,7 +262,7 @@ def _edit(path: Path) -> None:
 
 def test_editing_a_library_module_reruns_the_rules_that_use_it(settled):
     workdir, overlay = settled
-    _edit(workdir / "src/kbfuse/protocol.py")
+    _edit(workdir / "src/kbfuse/checks/protocol.py")
     jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
     assert jobs == {("all", ""), ("direction_witness", ""), *AGGREGATES}
 

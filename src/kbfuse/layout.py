@@ -11,7 +11,7 @@ unfilled stays a Snakemake wildcard.
   bundle); logs and benchmarks go to results/logs/<stage>.log and
   results/benchmarks/<stage>.tsv;
 - TABLES: every summary table, in the order it is written, with what it holds and where the
-  workflow report shows it. A table named `x` is built by `kbfuse.summary.x_table` and
+  workflow report shows it. A table named `x` is built by `kbfuse.results.summary.x_table` and
   captioned by workflow/report/x.rst; adding a table is one row here plus those two.
 
 Kept free of torch and pandas so that the Snakefile can import it at parse time.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbfuse.tasks import WITNESS_TASK
+from kbfuse.tasks.registry import WITNESS_TASK
 
 RESULTS = "results"
 

@@ -13,7 +13,7 @@
   behind when one write fails;
 - `measure_program`: every implementation of a program (baselines and loaded kernel modules)
   timed at both scopes (the whole program, the tail alone) with both methods, by the protocol
-  of `kbfuse.measure`: the timing stage's main measurement and the controls' small shape.
+  of `kbfuse.timing.measure`: the timing stage's main measurement and the controls' small shape.
 
 The stages differ in what they measure; this module holds what they share, so that a new
 stage (or a change to what every record carries) is written once.
@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbfuse import baselines as baseline_builders
-from kbfuse import cudacache, launch
+from kbfuse.compilation import cudacache, launch
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, write_json
-from kbfuse.measure import METHODS, SCOPES, assemble_scope, block_seed, time_interleaved
+from kbfuse.tasks import baselines as baseline_builders
+from kbfuse.timing.measure import METHODS, SCOPES, assemble_scope, block_seed, time_interleaved
 
 SCHEMA_VERSION = 1
 # Keys every stage reads from compile metadata.

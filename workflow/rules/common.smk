@@ -1,9 +1,9 @@
-from kbfuse.config import variant_spec as _variant_spec
-from kbfuse.deps import module_files
-from kbfuse.kernelbench import recorded_config
-from kbfuse.kernelsrc import included_headers
-from kbfuse.routes import ROUTES
-from kbfuse.tasks import WITNESS_TASK
+from kbfuse.workflow.config import variant_spec as _variant_spec
+from kbfuse.workflow.deps import module_files
+from kbfuse.tasks.kernelbench import recorded_config
+from kbfuse.compilation.kernelsrc import included_headers
+from kbfuse.compilation.routes import ROUTES
+from kbfuse.tasks.registry import WITNESS_TASK
 from kbfuse import layout
 from kbfuse.layout import caption_name, report_category, summary_inputs, summary_outputs
 
@@ -146,7 +146,7 @@ def timing_inputs(wildcards):
         "artifacts": artifact_files(),
         "correctness": list(correctness_files(wildcards.task).values()),
         "baselines": layout.record("correctness_baselines", task=wildcards.task),
-        "code": module_files("timing"),
+        "code": module_files("timing.timing"),
     }
 
 
@@ -156,5 +156,5 @@ def controls_inputs(wildcards):
         "artifacts": artifact_files(),
         "correctness": list(correctness_files(wildcards.task).values()),
         "baselines": layout.record("correctness_baselines", task=wildcards.task),
-        "code": module_files("controls"),
+        "code": module_files("checks.controls"),
     }

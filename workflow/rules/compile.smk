@@ -2,7 +2,7 @@ rule compile_variant:
     input:
         source=variant_source,
         headers=variant_headers,
-        code=module_files("compile"),
+        code=module_files("compilation.compile"),
     output:
         artifact=layout.file("artifact"),
         meta=layout.record("compile"),

@@ -27,7 +27,7 @@ rule witness81:
         checkout=layout.file("checkout"),
         pins=witness_pins(),
         artifacts=artifact_files(),
-        code=module_files("controls"),
+        code=module_files("checks.controls"),
     output:
         layout.record("witness81"),
     log:

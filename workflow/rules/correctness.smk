@@ -2,7 +2,7 @@ rule correctness_variants:
     input:
         unpack(task_inputs),
         artifacts=artifact_files(),
-        code=module_files("correctness"),
+        code=module_files("checks.correctness"),
     output:
         [layout.record("correctness", variant=v) for v in VARIANTS],
     log:
@@ -27,7 +27,7 @@ rule correctness_variants:
 rule correctness_baselines:
     input:
         unpack(task_inputs),
-        code=module_files("correctness"),
+        code=module_files("checks.correctness"),
     output:
         layout.record("correctness_baselines"),
     log:

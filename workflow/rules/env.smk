@@ -1,6 +1,6 @@
 rule env_fingerprint:
     input:
-        code=module_files("envinfo"),
+        code=module_files("workflow.envinfo"),
     output:
         layout.record("env"),
     log:

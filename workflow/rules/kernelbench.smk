@@ -20,7 +20,7 @@ rule kernelbench_task:
     input:
         checkout=layout.file("checkout"),
         record=layout.file("checkout_record"),
-        code=module_files("kernelbench"),
+        code=module_files("tasks.kernelbench"),
     output:
         pin=layout.file("task_pin"),
     log:
@@ -35,7 +35,7 @@ rule kernelbench_pin:
     input:
         record=layout.file("checkout_record"),
         tasks=[task_pin(task) for task in TASKS],
-        code=module_files("kernelbench"),
+        code=module_files("tasks.kernelbench"),
     output:
         pin=layout.record("kernelbench_pin"),
     log:

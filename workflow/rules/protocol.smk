@@ -1,6 +1,6 @@
 rule direction_witness:
     input:
-        code=module_files("protocol"),
+        code=module_files("checks.protocol"),
     output:
         layout.record("direction_witness"),
     log:
@@ -16,7 +16,7 @@ rule direction_witness:
 rule margin_audit:
     input:
         results=gpu_results(),
-        code=module_files("protocol"),
+        code=module_files("checks.protocol"),
     output:
         layout.record("margin_audit"),
     log:

@@ -1,7 +1,7 @@
 rule summary:
     input:
         results=summary_inputs(config),
-        code=module_files("summary", "plots"),
+        code=module_files("results.summary", "results.plots"),
     output:
         [
             report(
@@ -24,7 +24,7 @@ rule summary:
 rule manifest:
     input:
         files=manifest_files(),
-        code=module_files("manifest"),
+        code=module_files("results.manifest"),
     output:
         layout.file("manifest"),
     log:
@@ -41,7 +41,7 @@ rule bundle:
     input:
         manifest=layout.file("manifest"),
         files=manifest_files(),
-        code=module_files("bundle"),
+        code=module_files("results.bundle"),
     output:
         layout.file("bundle"),
     log:

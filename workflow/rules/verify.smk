@@ -3,7 +3,7 @@ rule verify_variants:
         artifacts=artifact_files(),
         checkout=layout.file("checkout"),
         pins=witness_pins(),
-        code=module_files("verify"),
+        code=module_files("checks.verify"),
     output:
         verify_files(),
     log:

@@ -1,6 +1,6 @@
-from kbfuse.bundle import make_bundle
-from kbfuse.jobs import job
 from kbfuse.layout import RESULTS
+from kbfuse.results.bundle import make_bundle
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "bundle"):
     make_bundle(RESULTS, snakemake.input.manifest, snakemake.output[0])

@@ -1,8 +1,8 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 # The compile needs the GPU only to read its architecture (arch: auto), through the driver.
 with job(snakemake.log[0], "compile", gpu=bool(snakemake.resources.gpu), torch=False):
-    from kbfuse.compile import compile_variant
+    from kbfuse.compilation.compile import compile_variant
 
     compile_variant(
         source=snakemake.input.source,

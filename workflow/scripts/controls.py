@@ -1,7 +1,7 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "controls", gpu=True):
-    from kbfuse.controls import run_controls
+    from kbfuse.checks.controls import run_controls
 
     run_controls(
         task=int(snakemake.wildcards.task),

@@ -1,7 +1,7 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "correctness_baselines", gpu=True):
-    from kbfuse.correctness import run_baselines
+    from kbfuse.checks.correctness import run_baselines
 
     run_baselines(
         task=int(snakemake.wildcards.task),

@@ -1,7 +1,7 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "correctness", gpu=True):
-    from kbfuse.correctness import run_correctness_variants
+    from kbfuse.checks.correctness import run_correctness_variants
 
     run_correctness_variants(
         task=int(snakemake.wildcards.task),

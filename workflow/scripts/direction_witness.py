@@ -1,5 +1,5 @@
-from kbfuse.jobs import job
-from kbfuse.protocol import write_direction_witness
+from kbfuse.checks.protocol import write_direction_witness
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "direction_witness"):
     tol = snakemake.params.tolerance

@@ -1,7 +1,7 @@
 import sys
 
-from kbfuse.jobs import job
-from kbfuse.kernelbench import pin_kernelbench
+from kbfuse.tasks.kernelbench import pin_kernelbench
+from kbfuse.workflow.jobs import job
 
 # The checkout also checks every configured task exists. Tasks and the URL come from the
 # config, not from params: adding a task or changing the mirror must not redo the checkout.

@@ -1,5 +1,5 @@
-from kbfuse.jobs import job
-from kbfuse.kernelbench import combine_pins
+from kbfuse.tasks.kernelbench import combine_pins
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "kernelbench_pin"):
     combine_pins(

@@ -1,5 +1,5 @@
-from kbfuse.jobs import job
-from kbfuse.kernelbench import pin_task
+from kbfuse.tasks.kernelbench import pin_task
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "kernelbench_task"):
     pin_task(

@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from kbfuse.jobs import job
 from kbfuse.layout import RESULTS
-from kbfuse.summary import write_summary
+from kbfuse.results.summary import write_summary
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "summary"):
     write_summary(RESULTS, snakemake.params.study, Path(snakemake.output[0]).parent)

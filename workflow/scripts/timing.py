@@ -1,7 +1,7 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "timing", gpu=True):
-    from kbfuse.timing import run_timing
+    from kbfuse.timing.timing import run_timing
 
     run_timing(
         task=int(snakemake.wildcards.task),

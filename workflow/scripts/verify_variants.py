@@ -1,7 +1,7 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "verify", gpu=True):
-    from kbfuse.verify import verify_variants
+    from kbfuse.checks.verify import verify_variants
 
     verify_variants(
         variants=snakemake.params.artifacts,

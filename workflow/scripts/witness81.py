@@ -1,7 +1,7 @@
-from kbfuse.jobs import job
+from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "witness81", gpu=True):
-    from kbfuse.controls import run_witness81
+    from kbfuse.checks.controls import run_witness81
 
     run_witness81(
         variants=snakemake.params.artifacts,

@@ -1,0 +1,1 @@
+"""Results: records and their schemas, the summary (study, tables, plots), manifest, bundle and comparison."""

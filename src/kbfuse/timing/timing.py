@@ -1,0 +1,98 @@
+"""The timing stage: eager, TorchScript, Inductor and every kernel variant, interleaved.
+
+Every implementation is compiled and warmed up before the timed region; the samples follow the
+protocol of `kbfuse.timing.measure` (a synchronisation before every CUDA event pair, balanced round
+orders seeded per block and task, each sample's round position recorded). A sample is the time
+between a CUDA event pair around `invocations_per_pair` back-to-back calls (method "events")
+or CUDA-graph replays (method "graph"), divided by that count. Ratios are paired per round:
+baseline_ms / variant_ms of the same round, so > 1 means the variant is faster.
+
+Every timed implementation is gated on its own correctness record (`kbfuse.timing.gate`): what fails
+is never loaded or timed and gets a `skipped` entry naming the reason and the failing checks.
+`kbfuse.stage.measure_program` times both scopes (the whole program, the tail alone) with both
+methods; the controls stage times its small-shape control with it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kbfuse.io import write_json
+from kbfuse.stage import Progress, load_modules, make_record, measure_program, task_provenance
+from kbfuse.tasks import baselines as baseline_builders
+from kbfuse.tasks import kernelbench, tails
+from kbfuse.tasks.inputs import make_input
+from kbfuse.tasks.weights import weights_sha256
+from kbfuse.timing.gate import gate_implementations
+from kbfuse.timing.measure import check_protocol
+
+_logger = logging.getLogger("kbfuse.timing.timing")
+
+
+def run_timing(
+    task: int,
+    variants: Mapping[str, tuple],
+    correctness: Mapping[str, str | os.PathLike],
+    baselines_record: str | os.PathLike,
+    checkout: str | os.PathLike,
+    pin_path: str | os.PathLike,
+    baselines: Sequence[str],
+    protocol: Mapping[str, Any],
+    out: str | os.PathLike,
+    log: str | os.PathLike | None = None,
+) -> dict:
+    """Gate, then time eager and every baseline and variant that passed correctness; write
+    the timing JSON.
+
+    `variants`: name -> (artifact, meta.json) in config order; `correctness`: name ->
+    results/correctness/{task}/{name}.json; `baselines_record`: the task's
+    results/correctness/{task}/baselines.json. Skipped variants are never loaded.
+    """
+    import torch
+
+    say = Progress(log, _logger)
+    protocol = check_protocol(protocol)
+    gated = gate_implementations(task, variants, correctness, baselines_record, baselines, say)
+    metas, eligible, baseline_names = gated["metas"], gated["variants"], gated["baselines"]
+
+    pin = kernelbench.read_pin(pin_path)
+    spec = kernelbench.load_task(checkout, pin, task)
+    tail = tails.tail_for(task)
+    numerics = baseline_builders.set_numerics()
+    model = kernelbench.build_model(spec, seed=protocol["input_seed"])
+    x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
+    modules = load_modules(variants, eligible, metas)
+    say(f"task {task}: timing {baseline_names + eligible}, input {tuple(x.shape)}")
+
+    timed = measure_program(model, x, tail, baseline_names, modules, protocol, say, (task,))
+    batch, in_features = spec.input_shape()
+    result = make_record(
+        "timing",
+        task=task,
+        provenance=task_provenance(
+            spec,
+            weights_sha256=weights_sha256(model),
+            artifacts={v: metas[v]["artifact_sha256"] for v in eligible},
+            kernels={v: metas[v]["kernel"] for v in eligible},
+        ),
+        protocol=protocol,
+        numerics=numerics,
+        shape={
+            "batch": batch,
+            "in_features": in_features,
+            "out_features": int(tail.linear(model).out_features),
+        },
+        timed=baseline_names + eligible,
+        skipped=gated["skipped"],
+        measurements=timed["measurements"],
+        ratios=timed["ratios"],
+        tail_bytes=timed["tail_bytes"],
+    )
+    write_json(out, result)
+    say(f"task {task}: wrote {out}")
+    del modules, model, x
+    torch.cuda.empty_cache()
+    return result

@@ -1,0 +1,94 @@
+"""Which kbfuse source files a module depends on, so rules can list them as inputs.
+
+Snakemake reruns a job when its script changes but knows nothing of the modules the
+script imports; rules name `module_files("<module>")` as an input instead, and an edit
+to any module in the closure reruns the job. Modules are named relative to the package, with
+their subpackage: "checks.verify", "layout". A module's closure includes the `__init__.py`
+of its subpackage, which Python runs when it imports the module.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+PACKAGE = "kbfuse"
+SRC = Path(__file__).resolve().parents[1]
+
+
+def _source(name: str, src: Path) -> tuple[str, Path] | None:
+    """(module name, file) of `name`: a module file, or a subpackage's __init__.py (named
+    "<package>.__init__"); None when `name` is neither (a name imported from a module)."""
+    rel = Path(*name.split("."))
+    if (src / rel).with_suffix(".py").is_file():
+        return name, (src / rel).with_suffix(".py")
+    if (src / rel / "__init__.py").is_file():
+        return f"{name}.__init__", src / rel / "__init__.py"
+    return None
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import inside the package
+                base = node.module or ""
+                names = [base] if base else [alias.name for alias in node.names]
+                names = [f"{PACKAGE}.{n}" for n in names]
+            else:
+                base = node.module or ""
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == PACKAGE and len(parts) >= 2:
+                found.add(".".join(parts[1:]))
+    return found
+
+
+@cache
+def module_closure(module: str, src: Path = SRC) -> tuple[str, ...]:
+    """Sorted module names reachable from `module` through kbfuse imports (itself included)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        found = _source(name, src)
+        if found is None:
+            if name == module:
+                path = (src / Path(*name.split("."))).with_suffix(".py")
+                raise FileNotFoundError(f"no kbfuse module {name!r} at {path}")
+            continue  # a name imported from a module, not a module itself
+        name, path = found
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(_imported_modules(path) - seen)
+        if "." in name:  # importing a module of a subpackage runs the subpackage's __init__
+            todo.append(name.rsplit(".", 1)[0].removesuffix(".__init__"))
+    return tuple(sorted(seen))
+
+
+# Data files a module reads at run time: editing one reruns the jobs that use the module.
+DATA_FILES = {"results.records": "schemas/*.json"}
+
+
+def module_files(*modules: str, root: str = "src/kbfuse") -> list[str]:
+    """Paths (relative to the workflow root) of every module in the closures of `modules`,
+    then the data files those modules read (DATA_FILES)."""
+    names: set[str] = set()
+    for module in modules:
+        names.update(module_closure(module))
+    data = sorted(
+        path.relative_to(SRC).as_posix()
+        for name in sorted(names)
+        if name in DATA_FILES
+        for path in SRC.glob(DATA_FILES[name])
+    )
+    files = [f"{root}/{name.replace('.', '/')}.py" for name in sorted(names)]
+    return files + [f"{root}/{rel}" for rel in data]

@@ -155,7 +155,7 @@ GPU_TARGETS = {
 
 
 SLOW_GPU_CHECK_S = 3.0
-_GPU_CHECK = "    from kbfuse import cudadriver\n\n    try:\n"
+_GPU_CHECK = "    from kbfuse.compilation import cudadriver\n\n    try:\n"
 
 
 def slow_gpu_check(workdir: Path) -> None:

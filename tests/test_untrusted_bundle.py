@@ -114,7 +114,7 @@ def rss_of_verify(path: Path) -> tuple[int, float, float, str]:
     """(exit code, peak RSS in MB, seconds, stderr) of `kbfuse verify-bundle path`."""
     code = (  # VmHWM: the peak of this process alone (ru_maxrss can carry the parent's)
         "import sys\n"
-        "from kbfuse import cli\n"
+        "from kbfuse.workflow import cli\n"
         "rc = cli.main(['verify-bundle', sys.argv[1]])\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
         "sys.stderr.write(f'\\nRSS_KB {hwm}\\n')\n"

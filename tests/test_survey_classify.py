@@ -1,0 +1,193 @@
+"""The kernel-name classifier: real kernel names of eager and Inductor on the H200, each in
+the category its library or framework says, and unknown names left unclassified."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kbfuse.survey import classify as c
+
+# (name as torch.profiler reports it, category)
+NAMES = [
+    (
+        "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_execute_kernel__5x_cublas",
+        c.LIBRARY,
+    ),
+    ("nvjet_tst_128x64_64x8_2x1_v_bz_TNT", c.LIBRARY),
+    ("ampere_sgemm_128x64_tn", c.LIBRARY),
+    ("cutlass_80_simt_sgemm_128x64_8x5_tn_align1", c.LIBRARY),
+    (
+        "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>(cutlass_80_"
+        "tensorop_s1688gemm_64x64_16x6_tn_align4::Params)",
+        c.LIBRARY,
+    ),
+    (
+        "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, "
+        "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, "
+        "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, "
+        "float> >(cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, "
+        "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, "
+        "float>, float, float)",
+        c.LIBRARY,
+    ),
+    (
+        "void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>"
+        "(cublasSplitKParams<float>, float const*, float const*, float*, float const*, "
+        "float const*, float const*, float const*, float*, void*, long, float*, int*)",
+        c.LIBRARY,
+    ),
+    (
+        "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_"
+        "warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn",
+        c.LIBRARY,
+    ),
+    (
+        "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>"
+        "(int, int, int, float const*, int, float*, float const*, kernel_conv_params, unsigned "
+        "long long, int, float, float, int, float const*, float const*, bool, int, int)",
+        c.LIBRARY,
+    ),
+    (
+        "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, "
+        "(cudnnKernelDataType_t)2>(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, "
+        "float const*, float*)",
+        c.LIBRARY,
+    ),
+    (
+        "void fft2d_r2c_32x32<float, false, 1u, false>(float2*, float const*, int, int, int, int, "
+        "int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)",
+        c.LIBRARY,
+    ),
+    (
+        "void at::native::vol2col_kernel<float>(long, float const*, int, int, int, int, int, int, "
+        "int, int, int, int, int, int, int, int, int, int, int, float*)",
+        c.LIBRARY,
+    ),
+    ("triton_tem_fused_addmm_0", c.LIBRARY),
+    ("triton_poi_fused_gelu_hardtanh_mul_0", c.GENERATED),
+    ("triton_red_fused__softmax_mean_1", c.GENERATED),
+    ("triton_per_fused_native_group_norm_2", c.GENERATED),
+    (
+        "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>"
+        "(cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float const*, "
+        "float, float, float*, float*, float*, float*, float, float)",
+        c.REDUCTION,
+    ),
+    (
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+        "at::native::MeanOps<float, float, float, float>, unsigned int, float, 4, 4> >"
+        "(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, "
+        "unsigned int, float, 4, 4>)",
+        c.REDUCTION,
+    ),
+    (
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+        "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+        c.REDUCTION,
+    ),
+    (
+        "void at::native::batch_norm_collect_statistics_kernel<at::native::Var, float, float, "
+        "int, 2>(...)",
+        c.REDUCTION,
+    ),
+    (
+        "void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float>(long, float, "
+        "float const*, float*, float*)",
+        c.REDUCTION,
+    ),
+    (
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, "
+        "float, float const*, float const*, float const*, float*, float*, float*)",
+        c.REDUCTION,
+    ),
+    (
+        "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, "
+        "float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, "
+        "float*, long*)",
+        c.REDUCTION,
+    ),
+    ("Memcpy HtoD (Pageable -> Device)", c.COPY),
+    ("Memset (Device)", c.COPY),
+    (
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+        "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() "
+        "const::{lambda(float)#1}, std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, "
+        "unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+        "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >(int, "
+        "...)",
+        c.COPY,
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+        c.COPY,
+    ),
+    (
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 4, 64, "
+        "64>(...)",
+        c.COPY,
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl("
+        "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
+        "{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)",
+        c.POINTWISE,
+    ),
+    (
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
+        "at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor"
+        "<float> > >(at::TensorIteratorBase&, ...)",
+        c.POINTWISE,
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::copysign_kernel_cuda("
+        "at::TensorIteratorBase&)::{lambda()#1}, std::array<char*, 3ul> >(int, ...)",
+        c.POINTWISE,
+    ),
+    (
+        "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned "
+        "int, 1, 4, bool>(...)",
+        c.POINTWISE,
+    ),
+    ("aten::addmm", c.LIBRARY),
+    ("aten::mkldnn_convolution", c.LIBRARY),
+    ("aten::native_batch_norm", c.REDUCTION),
+    ("aten::_softmax", c.REDUCTION),
+    ("aten::copy_", c.COPY),
+]
+
+
+@pytest.mark.parametrize(("name", "category"), NAMES, ids=[n[:40] for n, _ in NAMES])
+def test_real_names_are_classified(name, category):
+    assert c.classify(name) == category
+
+
+@pytest.mark.parametrize("name", ["my_custom_kernel", "aten::gelu", "fused_tail53", ""])
+def test_unknown_names_are_unclassified_not_guessed(name):
+    assert c.classify(name) == c.UNCLASSIFIED
+    assert c.unclassified([{"name": name, "device_us": 1.0}]) == [{"name": name, "device_us": 1.0}]
+
+
+def test_time_by_category_sums_per_category_and_lists_every_category():
+    kernels = [
+        {"name": "ampere_sgemm_128x64_tn", "device_us": 100.0, "calls": 1},
+        {"name": "triton_poi_fused_add_0", "device_us": 20.0, "calls": 2},
+        {"name": "triton_red_fused_sum_1", "device_us": 5.5, "calls": 1},
+        {"name": "mystery", "device_us": 1.25, "calls": 1},
+    ]
+    assert c.time_by_category(kernels) == {
+        c.LIBRARY: 100.0,
+        c.GENERATED: 25.5,
+        c.POINTWISE: 0.0,
+        c.REDUCTION: 0.0,
+        c.COPY: 0.0,
+        c.UNCLASSIFIED: 1.25,
+    }
+
+
+def test_every_pattern_compiles_and_names_a_category_and_a_reason():
+    for category, pattern, why in c.PATTERNS:
+        assert category in c.CATEGORIES
+        assert re.compile(pattern) and why

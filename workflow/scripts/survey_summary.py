@@ -1,0 +1,9 @@
+from kbfuse.jobs import job
+from kbfuse.survey.summary import records_by_mode, write_survey_summary
+
+with job(snakemake.log[0], "survey_summary", torch=False):
+    write_survey_summary(
+        records_by_mode(snakemake.input.records, snakemake.params.modes),
+        snakemake.input.checkout,
+        snakemake.params.outdir,
+    )

@@ -2,6 +2,7 @@ from kbfuse.config import variant_spec as _variant_spec
 from kbfuse.deps import module_files
 from kbfuse.kernelbench import recorded_config
 from kbfuse.kernelsrc import included_headers
+from kbfuse.manifest import survey_files
 from kbfuse.routes import ROUTES
 from kbfuse.summary_layout import caption_name, summary_inputs, summary_outputs
 
@@ -125,7 +126,9 @@ def summary_files():
 
 
 def manifest_files():
-    return study_results() + summary_files()
+    # a survey's records and summary, when results/survey holds one (docs/survey.md)
+    survey = [f"results/{rel}" for rel in survey_files("results")]
+    return study_results() + summary_files() + survey
 
 
 def report_category(name):

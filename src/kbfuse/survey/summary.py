@@ -420,6 +420,20 @@ def build_survey_tables(
     return tables
 
 
+COMPARED = ["best_compiled", "best_ms", "library_ms", "outside_ms", "outside_pct", "blind_spot"]
+
+
+def survey_rows_of(results_dir: str | Path) -> Any:
+    """The main table's rows of every mode found under results_dir/survey (a numerics column
+    first; no anchor), for comparing two runs; no rows (but the columns) without a survey."""
+    root = Path(results_dir)
+    rows = []
+    for mode in MODES:
+        paths = sorted(records.inside(root, f"survey/{mode}/tasks").glob("*.json"))
+        rows += [{"numerics": mode, **row} for row in main_rows(read_mode(paths, mode), None)]
+    return _frame(rows, None if rows else ["numerics", "task", *COMPARED])
+
+
 def write_survey_summary(
     record_files: Mapping[str, Sequence[str | Path]],
     checkout: str | Path | None,

@@ -227,7 +227,7 @@ def outside_fields(best: dict | None, library_ms: float | None, notes: list[str]
 def anchor_fields(rec: Mapping, method: str | None, anchor: Mapping | None) -> dict:
     """KernelBench's anchor beside our eager and Inductor figures (cold L2 when measured)."""
     if anchor is None:
-        return anchors.compare({"baselines": {}}, rec["file"], {})
+        return {**anchors.compare({"baselines": {}}, rec["file"], {}), "anchor_method": None}
     ours, used = {}, set()
     for baseline in anchors.FILES:
         cold = stats_of(rec, baseline, COLD)

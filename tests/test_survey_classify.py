@@ -3,7 +3,9 @@ the category its library or framework says, and unknown names left unclassified.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +193,65 @@ def test_every_pattern_compiles_and_names_a_category_and_a_reason():
     for category, pattern, why in c.PATTERNS:
         assert category in c.CATEGORIES
         assert re.compile(pattern) and why
+
+
+# ---------------------------------------------------------------- real H200 profiles
+
+DATA = Path(__file__).parent / "data"
+# Every kernel name torch.profiler saw on an H200 (torch 2.11 + CUDA 13.0, TF32 off, training
+# mode) for eager and Inductor (default mode) on level-2 tasks 1, 3, 11, 17, 18, 23, 28, 33,
+# 42, 53, 66, 72, 100; kernel_profile_h200.json holds them per task with device us per forward.
+H200_NAMES = [n for n in (DATA / "kernel_names_h200.txt").read_text().splitlines() if n]
+# Decisions the table makes on those names, and why
+DECIDED = {
+    # cuDNN's own layout transforms and tensor fills belong to its convolution call
+    "cudnn::engines_precompiled::nchwToNhwcKernel": c.LIBRARY,
+    "cudnn::engines_precompiled::nhwcToNchwKernel": c.LIBRARY,
+    "cudnn::engines_precompiled::setTensor5d_kernel": c.LIBRARY,
+    # cuDNN's FFT convolution: the transforms and the complex GEMM between them
+    "void fft2d_r2c_32x32": c.LIBRARY,
+    "void fft2d_c2r_32x32": c.LIBRARY,
+    "sm80_xmma_gemm_cf32cf32": c.LIBRARY,
+    # ConvTranspose3d runs as cuDNN's data-gradient convolution
+    "void convolveNd_dgrad_float_engine": c.LIBRARY,
+    # masked_fill is a select per element, not a fill of memory
+    "masked_fill_kernel": c.POINTWISE,
+    # batch norm's statistics and its elementwise pieces are the normalisation
+    "batch_norm_calc_invstd": c.REDUCTION,
+    "batch_norm_update_stats_and_invert": c.REDUCTION,
+    "GroupNormKernelImplInternal": c.REDUCTION,
+    # random numbers for dropout masks are generated elementwise
+    "random_from_to_kernel": c.POINTWISE,
+    # Inductor's fusions named after the convolution are its own Triton kernels
+    "triton_poi_fused_convolution_0": c.GENERATED,
+}
+
+
+def test_every_h200_kernel_name_is_classified():
+    assert len(H200_NAMES) == 94
+    assert [n for n in H200_NAMES if c.classify(n) == c.UNCLASSIFIED] == []
+
+
+@pytest.mark.parametrize(("fragment", "category"), DECIDED.items())
+def test_decided_names_of_the_h200_list(fragment, category):
+    names = [n for n in H200_NAMES if fragment in n]
+    assert names, fragment
+    assert {c.classify(n) for n in names} == {category}
+
+
+def shares(task: str, baseline: str) -> dict[str, float]:
+    profile = json.loads((DATA / "kernel_profile_h200.json").read_text())[task][baseline]
+    kernels = [{"name": n, "device_us": us, "calls": calls} for n, us, calls in profile]
+    by_category = c.time_by_category(kernels)
+    total = sum(by_category.values())
+    return {k: round(100 * v / total) for k, v in by_category.items() if v}
+
+
+def test_where_the_time_goes_on_the_h200():
+    # task 23 (Conv3d, GroupNorm, mean): Inductor leaves 30 % outside cuDNN
+    assert shares("23", "inductor") == {c.LIBRARY: 70, c.GENERATED: 30}
+    # task 72 (ConvTranspose3d, BatchNorm, two AvgPools): eager spends 43 % in reductions
+    assert shares("72", "eager")[c.REDUCTION] == 43
+    assert shares("72", "inductor") == {c.LIBRARY: 87, c.GENERATED: 13}
+    # task 18 (Matmul and a chain of reductions to one column): all but nothing in cuBLAS
+    assert shares("18", "inductor")[c.LIBRARY] == 100

@@ -6,16 +6,20 @@ Each profiled kernel name (as torch.profiler reports it: demangled, with templat
 is put in one category:
 
 - `library`: cuBLAS / cuBLASLt / cuDNN / CUTLASS / cuFFT kernels and the pieces of a library
-  call (split-K reduction, cuDNN's layout transforms and filter flips, ATen's im2col lowering
-  and depthwise convolutions), plus Inductor's Triton *templates* (`triton_tem_`), which
-  max-autotune emits in place of a library GEMM or convolution;
+  call: split-K reduction, cuDNN's layout transforms and tensor fills (`nchwToNhwcKernel`,
+  `setTensor5d_kernel`: only a different convolution removes them), cuDNN's FFT convolution
+  (`fft2d_*` and the complex `cf32` GEMM between them), ATen's im2col lowering and depthwise
+  convolutions; plus Inductor's Triton *templates* (`triton_tem_`), which max-autotune emits in
+  place of a library GEMM or convolution;
 - `generated`: every other Triton kernel Inductor writes (`triton_poi_`, `triton_red_`,
   `triton_per_`);
 - `framework_reduction`: ATen (and cuDNN) reductions and normalisations: reduce_kernel,
-  softmax, batch/layer/group norm, pooling, scans;
+  softmax, batch/layer/group norm (with their elementwise pieces, e.g. batch_norm_calc_invstd),
+  pooling, scans;
 - `copy_other`: memcpy, memset, copies, concatenation, fills;
 - `framework_pointwise`: ATen's elementwise kernels (elementwise_kernel,
-  vectorized_elementwise_kernel, unrolled_elementwise_kernel) and dropout;
+  vectorized_elementwise_kernel, unrolled_elementwise_kernel: masked_fill too, a select per
+  element), dropout and its random numbers;
 - on the CPU (tests), a few `aten::` operator names of the profiler's CPU list.
 
 Order matters: a cuDNN batch norm is a normalisation, not a library GEMM, and an ATen copy runs
@@ -54,7 +58,7 @@ PATTERNS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         COPY,
-        r"^Memcpy|^Memset|copy_kernel|direct_copy|CatArray|FillFunctor|fill_kernel"
+        r"^Memcpy|^Memset|copy_kernel|direct_copy|CatArray|FillFunctor|(?<!masked_)fill_kernel"
         r"|index_select|indexSelect|scatter_gather|reflection_pad|replication_pad",
         "copies, memset, concatenation, fills",
     ),

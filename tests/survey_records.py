@@ -112,7 +112,13 @@ def record(
             "commit": "423217d9fda91e0c2d67e4a43bf62f96f6d104f1",
             "semantics": "kernelbench",
             "numerics": {"mode": mode, "matmul_tf32": False, "cudnn_tf32": tf32},
-            "environment": {"device_name": device, "torch": "2.13.0", "cuda": "13.0"},
+            "device": "cpu" if device == "cpu" else "cuda",
+            "environment": {
+                "device": "cpu" if device == "cpu" else "cuda",
+                "device_name": device,
+                "torch": "2.13.0",
+                "cuda": None if device == "cpu" else "13.0",
+            },
             "seed": 42,
             "inputs": [{"shape": [128, 4096], "dtype": "float32"}],
             "output": {
@@ -128,7 +134,11 @@ def record(
                 "different_seed_equal": False,
                 "verdict": verdict,
             },
-            "flops": {"total": sum(flops.values()), "by_op": flops},
+            "flops": {
+                "total": sum(flops.values()),
+                "by_op": flops,
+                "main_op": max(flops, key=flops.get) if flops else None,
+            },
             "bytes": {"inputs": 2097152, "output": 2097152, "parameters": 67125248},
             "timing_protocol": {
                 "warmup": 3,
@@ -140,6 +150,7 @@ def record(
             "baselines": baselines,
             "ratios": {},
             "blind_spots": {
+                "compared": "eager output, same seed",
                 "zeros": {"applicable": True, "passes": blind_spot},
                 "mean_constant": {"applicable": True, "passes": False, "value": 0.1},
                 "input_identity": {"applicable": False, "passes": None},

@@ -166,11 +166,13 @@ def kernel_ms(kernels: Iterable[Mapping] | None) -> dict[str, float] | None:
 
 
 def main_op(rec: Mapping) -> tuple[str | None, int | None]:
-    by_op = (rec.get("flops") or {}).get("by_op") or {}
+    """The op with most FLOPs (the record's `main_op` when it names one) and its FLOPs."""
+    flops = rec.get("flops") or {}
+    by_op = flops.get("by_op") or {}
     if not by_op:
         return None, None
-    op = max(by_op, key=lambda k: by_op[k])
-    return op, int(by_op[op])
+    op = flops.get("main_op") or max(by_op, key=lambda k: by_op[k])
+    return op, int(by_op[op]) if op in by_op else None
 
 
 def _median(stats: Mapping | None) -> float | None:

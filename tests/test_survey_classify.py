@@ -166,7 +166,7 @@ def test_real_names_are_classified(name, category):
     assert c.classify(name) == category
 
 
-@pytest.mark.parametrize("name", ["my_custom_kernel", "aten::gelu", "fused_tail53", ""])
+@pytest.mark.parametrize("name", ["my_custom_kernel", "aten::frobnicate", "fused_tail53", ""])
 def test_unknown_names_are_unclassified_not_guessed(name):
     assert c.classify(name) == c.UNCLASSIFIED
     assert c.unclassified([{"name": name, "device_us": 1.0}]) == [{"name": name, "device_us": 1.0}]
@@ -255,3 +255,34 @@ def test_where_the_time_goes_on_the_h200():
     assert shares("72", "inductor") == {c.LIBRARY: 87, c.GENERATED: 13}
     # task 18 (Matmul and a chain of reductions to one column): all but nothing in cuBLAS
     assert shares("18", "inductor")[c.LIBRARY] == 100
+
+
+# Every row torch.profiler's CPU list gave for eager, TorchScript and Inductor on the survey's
+# CPU fixture (a convolution, conv + GroupNorm, dropout + softmax, a GEMM tail).
+CPU_ROWS = {
+    c.LIBRARY: "aten::_convolution aten::addmm aten::conv2d aten::conv3d aten::convolution "
+    "aten::linear aten::mkldnn_convolution",
+    c.REDUCTION: "aten::_softmax aten::group_norm aten::mean aten::native_group_norm "
+    "aten::softmax aten::sum",
+    c.POINTWISE: "aten::add aten::bernoulli_ aten::clamp_min aten::div_ aten::dropout aten::mul "
+    "aten::randint aten::random_ aten::relu aten::tanh",
+    c.COPY: "aten::_to_copy aten::as_strided aten::as_strided_ aten::copy_ aten::empty "
+    "aten::empty_like aten::empty_strided aten::expand aten::fill_ aten::resize_ "
+    "aten::resolve_conj aten::t aten::to aten::transpose forward",
+}
+CPU_WRAPPERS = {
+    "## Call CompiledFxGraph fj6w4qttydwgkcfomlbukdiza74hqidd4rachgyarqlyovtx2bhw ##": c.GENERATED,
+    "AOTDispatcher Runtime Wrapper Prologue": c.COPY,
+    "Pregraph bytecode": c.COPY,
+    "Torch-Compiled Region: 0/0": c.COPY,
+    "TorchDynamo Cache Lookup": c.COPY,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "category"),
+    [(n, cat) for cat, names in CPU_ROWS.items() for n in names.split()]
+    + list(CPU_WRAPPERS.items()),
+)
+def test_cpu_profiler_rows_are_classified(name, category):
+    assert c.classify(name) == category

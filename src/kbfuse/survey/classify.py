@@ -20,7 +20,9 @@ is put in one category:
 - `framework_pointwise`: ATen's elementwise kernels (elementwise_kernel,
   vectorized_elementwise_kernel, unrolled_elementwise_kernel: masked_fill too, a select per
   element), dropout and its random numbers;
-- on the CPU (tests), a few `aten::` operator names of the profiler's CPU list.
+- on the CPU (tests, CI), the profiler's CPU rows: `aten::` operators (GEMM/convolution,
+  reductions, elementwise, copies and views), Inductor's compiled graph (`## Call
+  CompiledFxGraph`, generated) and the wrappers of torch.compile and TorchScript (other).
 
 Order matters: a cuDNN batch norm is a normalisation, not a library GEMM, and an ATen copy runs
 inside `unrolled_elementwise_kernel`, so those rows come first. A name that matches no row is
@@ -88,8 +90,25 @@ PATTERNS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         COPY,
-        r"^aten::(copy_|_to_copy|to|clone|contiguous|cat|fill_|zero_|empty\w*)$",
-        "CPU: ATen copies and allocations",
+        r"^aten::(copy_|_to_copy|to|clone|contiguous|cat|fill_|zero_|empty\w*|resize_"
+        r"|as_strided_?|t|transpose|permute|expand|view|_unsafe_view|reshape|squeeze|unsqueeze"
+        r"|select|slice|detach|alias|resolve_conj|resolve_neg|lift_fresh)$",
+        "CPU: ATen copies, allocations and views",
+    ),
+    (
+        POINTWISE,
+        r"^aten::(add|sub|mul|div|neg|abs|exp|log|sqrt|rsqrt|pow|tanh|sigmoid|relu|gelu|silu"
+        r"|mish|hardtanh|hardswish|hardsigmoid|leaky_relu|elu|selu|softplus|clamp\w*|where"
+        r"|minimum|maximum|sign|erf|dropout|native_dropout|bernoulli|rand\w*|random|normal"
+        r"|uniform|masked_fill|lt|gt|le|ge|eq|ne)_?$",
+        "CPU: ATen elementwise operators",
+    ),
+    (GENERATED, r"^## Call CompiledFxGraph", "CPU: the code Inductor compiled for a graph"),
+    (
+        COPY,
+        r"^(Torch-Compiled Region|TorchDynamo Cache Lookup|AOTDispatcher|Pregraph bytecode"
+        r"|forward$)",
+        "CPU: torch.compile's and TorchScript's own wrappers around a forward",
     ),
 )
 _COMPILED = tuple((category, re.compile(pattern)) for category, pattern, _ in PATTERNS)

@@ -103,10 +103,10 @@ def read_task_record(path: str | Path) -> dict:
     """One record, parsed strictly; checked against its schema when the package has it, and
     for the fields this module reads in any case."""
     data = records.parse_json(records.read_limited(path), str(path))
-    if KIND in records.SCHEMA_KINDS:
-        records.validate_record(data, KIND, str(path))
     if not isinstance(data, Mapping) or data.get("kind") != KIND:
         raise KbfuseError(f"{path}: field kind is not {KIND!r}")
+    if KIND in records.SCHEMA_KINDS:
+        records.validate_record(data, KIND, str(path))
     for key, kind in (("task", int), ("file", str), ("baselines", Mapping), ("numerics", Mapping)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
             raise KbfuseError(f"{path}: field {key} is {data.get(key)!r}")

@@ -225,3 +225,34 @@ def test_gelu_name_used_in_records_is_pointwise():
     from kbfuse.survey.classify import POINTWISE, classify
 
     assert classify(GELU) == POINTWISE and classify(GEMM) == "library"
+
+
+def test_every_output_has_a_caption_in_the_report_folder():
+    report = Path(__file__).resolve().parents[1] / "workflow" / "report"
+    outputs = s.summary_outputs(["strict", "kernelbench-defaults"])
+    captions = {s.caption_name(name) for name in outputs}
+    assert captions == {
+        "survey_main.rst",
+        "survey_failures.rst",
+        "survey_unclassified.rst",
+        "survey_categories.rst",
+        "survey_tf32.rst",
+        "survey_time_split.rst",
+        "survey_speedup_vs_outside.rst",
+    }
+    assert all((report / c).is_file() for c in captions)
+    assert "tf32.csv" not in s.summary_outputs(["strict"])
+
+
+def test_records_are_grouped_by_the_mode_in_their_path():
+    paths = [
+        "results/survey/strict/tasks/1.json",
+        "results/survey/kernelbench-defaults/tasks/1.json",
+    ]
+    assert s.records_by_mode(paths, ["strict", "kernelbench-defaults"]) == {
+        "strict": [paths[0]],
+        "kernelbench-defaults": [paths[1]],
+    }
+    assert s.records_by_mode([], ["strict"]) == {"strict": []}
+    with pytest.raises(KbfuseError, match=r"kernelbench-defaults/tasks/1\.json is not under"):
+        s.records_by_mode(paths, ["strict"])

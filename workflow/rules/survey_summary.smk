@@ -12,13 +12,6 @@ SURVEY_SUMMARY_CODE = [
 ] + module_files("summary", "plots", "records")
 
 
-def survey_summary_files():
-    return [
-        f"{SURVEY_SUMMARY}/{name}"
-        for name in survey_summary_outputs(SURVEY["numerics"])
-    ]
-
-
 rule survey_summary:
     input:
         records=survey_record_files,
@@ -39,7 +32,6 @@ rule survey_summary:
         ENV
     params:
         modes=SURVEY["numerics"],
-        outdir=SURVEY_SUMMARY,
     script:
         "../scripts/survey_summary.py"
 
@@ -47,4 +39,7 @@ rule survey_summary:
 rule survey:
     input:
         survey_record_files,
-        survey_summary_files(),
+        [
+            f"{SURVEY_SUMMARY}/{name}"
+            for name in survey_summary_outputs(SURVEY["numerics"])
+        ],

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from kbfuse.jobs import job
 from kbfuse.survey.summary import records_by_mode, write_survey_summary
 
@@ -5,5 +7,5 @@ with job(snakemake.log[0], "survey_summary", torch=False):
     write_survey_summary(
         records_by_mode(snakemake.input.records, snakemake.params.modes),
         snakemake.input.checkout,
-        snakemake.params.outdir,
+        Path(snakemake.output[0]).parent,
     )

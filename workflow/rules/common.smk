@@ -6,6 +6,7 @@ from kbfuse.compilation.routes import ROUTES
 from kbfuse.tasks.registry import WITNESS_TASK
 from kbfuse import layout
 from kbfuse.layout import caption_name, report_category, summary_inputs, summary_outputs
+from kbfuse.results.manifest import survey_files
 
 ENV = "../../envs/kbfuse.yaml"
 TASKS = [int(t) for t in config["tasks"]]
@@ -129,7 +130,9 @@ def summary_files():
 
 
 def manifest_files():
-    return study_results() + summary_files()
+    # a survey's records and summary, when results/survey holds one (docs/survey.md)
+    survey = [f"results/{rel}" for rel in survey_files("results")]
+    return study_results() + summary_files() + survey
 
 
 def all_targets():

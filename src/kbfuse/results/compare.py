@@ -31,6 +31,7 @@ from kbfuse.errors import KbfuseError
 from kbfuse.results.manifest import environment_of
 from kbfuse.results.summary import build_tables, write_table
 from kbfuse.results.tables import flatten
+from kbfuse.survey.summary import COMPARED, survey_rows_of
 
 ABSENT = "(absent)"
 
@@ -51,6 +52,8 @@ SIDE_BY_SIDE: dict[str, tuple[tuple[str, ...], list[str], list[str]]] = {
         ["toolchain", "artifact_sha256", "ptx_ftz_count", "sass_ftz_count", "effective_ftz"],
     ),
     "exhaustive": (("exhaustive",), ["task", "variant"], ["differ", "bit_identical"]),
+    # the survey's main tables (kbfuse.survey.summary), when a bundle holds a survey
+    "survey": (("survey",), ["numerics", "task"], COMPARED),
 }
 COMPARISON_TABLES = [*SIDE_BY_SIDE, "differences"]
 
@@ -124,6 +127,7 @@ def load_bundle(
             )
             raise KbfuseError(f"bundle {path} failed verification: {', '.join(problems)}")
         tables = build_tables(results, manifest["config"])
+        tables["survey"] = survey_rows_of(results)
     label = machine_label(manifest) if label is None else label
     return BundleView(label=label, path=Path(path), manifest=manifest, tables=tables)
 

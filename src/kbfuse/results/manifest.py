@@ -33,6 +33,23 @@ FINGERPRINT = RECORDS["env"].path
 PIN = RECORDS["kernelbench_pin"].path
 
 
+# The survey's records and summary (docs/contracts.md, "Survey"), hashed when a survey ran.
+SURVEY_GLOBS = (
+    "survey/*/tasks/*.json",
+    "survey/summary/*.csv",
+    "survey/summary/*.md",
+    "survey/summary/*.png",
+)
+
+
+def survey_files(results_dir: str | os.PathLike) -> list[str]:
+    """The survey files present under results_dir (relative POSIX paths, sorted); [] when
+    no survey ran there. The workflow lists them among the manifest's files."""
+    root = Path(results_dir)
+    found = {p.relative_to(root).as_posix() for g in SURVEY_GLOBS for p in root.glob(g)}
+    return sorted(rel for rel in found if (root / rel).is_file())
+
+
 def content_sha256(manifest: Mapping[str, Any]) -> str:
     body = {k: v for k, v in manifest.items() if k != "content_sha256"}
     return sha256_bytes(dumps_json(body).encode())

@@ -1,0 +1,149 @@
+"""The survey's two figures, drawn from its tables (matplotlib, Agg, PNG), per numerics mode.
+
+- `time_split_<mode>.png`: per task, two stacked horizontal bars, eager and the best compiled
+  baseline, split into library / generated / framework (pointwise and reduction) / other
+  (copies and unclassified) kernel time; tasks in the main table's order (most time outside
+  library kernels first);
+- `speedup_vs_outside_<mode>.png`: speedup of the best compiled baseline over eager (log
+  scale) against the share of its time outside library kernels; tasks where a trivial
+  candidate passes the official check (blind spots) are drawn as red crosses.
+
+A figure without data says so in its middle instead of failing: the tables say why.
+PNG files are written atomically and carry no timestamp or matplotlib version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kbfuse.results.plots import _pyplot, _save
+from kbfuse.survey.classify import COPY, GENERATED, LIBRARY, POINTWISE, REDUCTION, UNCLASSIFIED
+
+# bar segment -> (categories summed, colour)
+SEGMENTS = {
+    "library": ((LIBRARY,), "tab:gray"),
+    "generated": ((GENERATED,), "tab:blue"),
+    "framework": ((POINTWISE, REDUCTION), "tab:orange"),
+    "other": ((COPY, UNCLASSIFIED), "tab:purple"),
+}
+ROLES = ("eager", "best compiled")
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _segments(row) -> dict[str, float]:
+    return {
+        seg: float(sum(row[f"{c}_ms"] for c in members)) for seg, (members, _) in SEGMENTS.items()
+    }
+
+
+def plot_time_split(main, categories, mode: str, path: str | Path) -> None:
+    """Kernel time per category as shares of each bar (total ms written at its end), eager
+    and best compiled, one pair of bars per task."""
+    plt = _pyplot()
+    cats = categories[categories["numerics"] == mode] if len(categories) else categories
+    order = [t for t in main["task"] if len(cats) and t in set(cats["task"])] if len(main) else []
+    fig, ax = plt.subplots(figsize=(8.0, 0.5 * len(order) + 1.8))
+    try:
+        if not order:
+            _empty(ax, f"no kernel profile in mode {mode}")
+        for i, task in enumerate(order):
+            for j, role in enumerate(ROLES):
+                rows = cats[(cats["task"] == task) & (cats["role"] == role)]
+                if rows.empty:
+                    continue
+                parts = _segments(rows.iloc[0])
+                total, left, y = sum(parts.values()), 0.0, i + 0.4 * j - 0.2
+                for segment, width in parts.items():
+                    share = 100 * width / total if total else 0.0
+                    ax.barh(
+                        y,
+                        share,
+                        0.38,
+                        left=left,
+                        color=SEGMENTS[segment][1],
+                        label=segment if i == 0 and j == 0 else None,
+                        hatch="//" if j else None,
+                        edgecolor="white",
+                        linewidth=0.3,
+                    )
+                    left += share
+                ax.annotate(
+                    f"{total:.3g} ms",
+                    (100, y),
+                    xytext=(3, 0),
+                    fontsize=6,
+                    textcoords="offset points",
+                    va="center",
+                )
+        if order:
+            ax.set_yticks(range(len(order)), [f"{t}" for t in order], fontsize=7)
+            ax.set_xlim(0, 112)
+            ax.invert_yaxis()
+            ax.set_xlabel(
+                "share of kernel time per forward (%); upper bar eager, hatched best compiled"
+            )
+            ax.set_ylabel("task (most time outside library kernels first)")
+            ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+        ax.set_title(f"where the time goes ({mode})", fontsize=10, pad=22)
+        fig.tight_layout()
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def plot_speedup_vs_outside(main, mode: str, path: str | Path) -> None:
+    """Best compiled speedup over eager against the outside-library share, blind spots marked."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    rows = main.dropna(subset=["outside_pct", "eager_ms", "best_ms"]) if len(main) else main
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    try:
+        if rows.empty:
+            _empty(ax, f"no task with both a time and a kernel profile in mode {mode}")
+        else:
+            speedup = rows["eager_ms"].astype(float) / rows["best_ms"].astype(float)
+            blind = rows["blind_spot"].astype(bool).to_numpy()
+            x = rows["outside_pct"].astype(float).to_numpy()
+            y = speedup.to_numpy()
+            ax.scatter(x[~blind], y[~blind], s=18, color="tab:blue", label="check discriminates")
+            ax.scatter(
+                x[blind],
+                y[blind],
+                s=40,
+                color="tab:red",
+                marker="x",
+                label="blind spot: a trivial candidate passes",
+            )
+            for task, xi, yi in zip(rows["task"], x, y, strict=True):
+                ax.annotate(
+                    str(task), (xi, yi), fontsize=6, xytext=(2, 2), textcoords="offset points"
+                )
+            ax.set_yscale("log")
+            times = FuncFormatter(lambda v, _: f"{v:.3g}x")
+            ax.yaxis.set_major_formatter(times)
+            ax.yaxis.set_minor_formatter(times)
+            ax.tick_params(axis="y", which="both", labelsize=7)
+            ax.axhline(1.0, color="black", linewidth=0.6, linestyle="--")
+            ax.set_xlabel("time outside library kernels in the best compiled baseline (%)")
+            ax.set_ylabel("speedup of best compiled over eager")
+            ax.legend(fontsize=7)
+        ax.set_title(f"compiled speedup vs time outside library kernels ({mode})", fontsize=10)
+        fig.tight_layout()
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def write_plots(main, categories, mode: str, outdir: str | Path) -> list[Path]:
+    """Both figures of one mode under outdir; the paths written."""
+    split = Path(outdir) / f"time_split_{mode}.png"
+    scatter = Path(outdir) / f"speedup_vs_outside_{mode}.png"
+    plot_time_split(main, categories, mode, split)
+    plot_speedup_vs_outside(main, mode, scatter)
+    return [split, scatter]

@@ -1,0 +1,161 @@
+"""Where a finished survey's wall time went: start-up, compiles, timing (benchmarks/survey_wall.py).
+
+Read from what a survey run leaves behind, nothing re-run:
+
+- Snakemake's `benchmark:` file of every survey job, `benchmarks/survey/{mode}/{task}.tsv`
+  (column `s`: the job's wall seconds, the script's process included);
+- the job log, `survey/{mode}/logs/{task}.log`, whose last line kbfuse.survey.job writes as
+  `wrote <record> in <seconds> s` (the time inside the job's library call);
+- the record, `survey/{mode}/tasks/{task}.json`: `build_s` of every baseline (trace, compile).
+
+Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
+CUDA start-up, loading the task); `compile_s` = the baselines' build seconds; `timing_s` = the
+rest of the library call (timing itself, and the correctness, profile, determinism and
+blind-spot checks around it). Without the log line, start-up is unknown and counted in
+timing_s (said in `notes`). With the Snakemake run log (`.snakemake/log/*.snakemake.log`) the
+report adds the run's wall time (its `Elapsed time:` line) and the parallelism it reached (sum
+of job seconds / wall seconds).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kbfuse.errors import KbfuseError
+from kbfuse.results.records import parse_json, read_limited
+
+INSIDE_LINE = re.compile(r"^wrote \S+ in ([0-9.]+) s\s*$", re.M)
+ELAPSED = re.compile(r"^Elapsed time: (\d+):(\d\d):(\d\d(?:\.\d+)?)\s*$", re.M)
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]", re.M)
+PHASES = ("startup_s", "compile_s", "timing_s")
+
+
+def benchmark_seconds(path: Path) -> float:
+    """The `s` column of one Snakemake benchmark file (the last row when repeated)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    try:
+        return float(rows[-1]["s"])
+    except (IndexError, KeyError, ValueError):
+        raise KbfuseError(
+            f"{path}: no wall seconds (column s) in a Snakemake benchmark file"
+        ) from None
+
+
+def inside_seconds(log: Path) -> float | None:
+    """Seconds inside the job's library call, from its log's last `wrote ... in N s` line."""
+    if not log.is_file():
+        return None
+    found = INSIDE_LINE.findall(log.read_text(errors="replace"))
+    return float(found[-1]) if found else None
+
+
+def build_seconds(record: Path) -> float:
+    data = parse_json(read_limited(record), str(record))
+    baselines = data.get("baselines") if isinstance(data, dict) else None
+    if not isinstance(baselines, dict):
+        raise KbfuseError(f"{record}: field baselines is missing")
+    return float(sum(b.get("build_s") or 0.0 for b in baselines.values()))
+
+
+def job_row(results: Path, mode: str, task: str, tsv: Path) -> dict[str, Any]:
+    job_s = benchmark_seconds(tsv)
+    inside = inside_seconds(results / "survey" / mode / "logs" / f"{task}.log")
+    record = results / "survey" / mode / "tasks" / f"{task}.json"
+    compile_s = build_seconds(record) if record.is_file() else 0.0
+    notes = [] if record.is_file() else ["no record (job failed?)"]
+    if inside is None:
+        notes.append("no 'wrote ... in N s' line in the log: start-up counted in timing")
+    startup = job_s - inside if inside is not None else None
+    return {
+        "numerics": mode,
+        "task": int(task),
+        "job_s": job_s,
+        "startup_s": startup,
+        "compile_s": compile_s,
+        "timing_s": (inside if inside is not None else job_s) - compile_s,
+        "notes": "; ".join(notes),
+    }
+
+
+def run_wall(snakemake_log: Path) -> float:
+    """The run's wall seconds from a Snakemake run log: its `Elapsed time:` line, else (a run
+    that did not finish) the first to the last `[timestamp]` line."""
+    text = snakemake_log.read_text(errors="replace")
+    elapsed = ELAPSED.findall(text)
+    if elapsed:
+        hours, minutes, seconds = elapsed[-1]
+        return 3600 * int(hours) + 60 * int(minutes) + float(seconds)
+    stamps = [
+        datetime.strptime(" ".join(s.split()), "%a %b %d %H:%M:%S %Y") for s in STAMP.findall(text)
+    ]
+    if len(stamps) < 2:
+        raise KbfuseError(f"{snakemake_log}: neither 'Elapsed time:' nor two [timestamp] lines")
+    return (max(stamps) - min(stamps)).total_seconds()
+
+
+def survey_wall(results: str | Path, snakemake_log: str | Path | None = None) -> dict[str, Any]:
+    """The report: one row per survey job, totals per phase, and the run's wall time."""
+    results = Path(results)
+    tsvs = sorted((results / "benchmarks" / "survey").glob("*/*.tsv"))
+    if not tsvs:
+        raise KbfuseError(f"no survey benchmark files under {results}/benchmarks/survey/")
+    jobs = [job_row(results, t.parent.name, t.stem, t) for t in tsvs]
+    jobs.sort(key=lambda r: (r["numerics"], r["task"]))
+    totals = {"job_s": sum(r["job_s"] for r in jobs)}
+    for phase in PHASES:
+        known = [r[phase] for r in jobs if r[phase] is not None]
+        totals[phase] = sum(known) if known else None
+    report: dict[str, Any] = {
+        "kind": "survey_wall",
+        "schema_version": 1,
+        "results": str(results),
+        "jobs": jobs,
+        "totals": totals,
+        "wall_s": None,
+        "parallelism": None,
+    }
+    if snakemake_log is not None:
+        report["wall_s"] = run_wall(Path(snakemake_log))
+        report["parallelism"] = totals["job_s"] / report["wall_s"] if report["wall_s"] else None
+    return report
+
+
+def _fmt(value: Any) -> str:
+    return "" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
+    """Totals per phase (seconds, share of the jobs' seconds), then the slowest jobs."""
+    totals = report["totals"]
+    lines = ["| phase | seconds | share of job time |", "|---|---|---|"]
+    for phase in ("job_s", *PHASES):
+        value = totals[phase]
+        share = "" if value is None else f"{100 * value / totals['job_s']:.0f}%"
+        lines.append(f"| {phase.removesuffix('_s')} | {_fmt(value)} | {share} |")
+    if report["wall_s"] is not None:
+        lines.append(
+            f"| run wall (Snakemake log) | {_fmt(report['wall_s'])} | "
+            f"parallelism {report['parallelism']:.2f} |"
+        )
+    lines += [
+        "",
+        "| numerics | task | job s | start-up s | compile s | timing s | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(report["jobs"], key=lambda r: -r["job_s"])[:slowest]:
+        cells = [
+            r["numerics"],
+            r["task"],
+            r["job_s"],
+            r["startup_s"],
+            r["compile_s"],
+            r["timing_s"],
+            r["notes"],
+        ]
+        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""The cluster submission path without a cluster: the Slurm profile's jobs submitted through
+Snakemake's generic cluster executor, with a submit command that runs each job script here.
+
+profiles/slurm runs every job but the `localrules` as one cluster job with the resources it
+declares. Here the same profile is used with `--executor cluster-generic` in place of the
+Slurm plugin (command-line options win over the profile's), and the submit command, given each
+job's rule and resources, records them and runs the job script at once. The CPU part of the
+study (`cpu`: KernelBench pin, NVRTC compiles, direction witness) goes through it end to end:
+the compiles are submitted with the profile's resources, the checkout, pin and protocol steps
+are not submitted (they run on the submitting host), and the results are those of a local run.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from conftest import copy_workflow, snakemake, write_test_config
+
+from kbfuse.io import read_json
+
+pytestmark = pytest.mark.slow
+SUBMIT = """#!/bin/sh
+# submit.sh RULE MEM_MB RUNTIME CPUS JOBSCRIPT: record the request, run the job script here
+echo "$1 mem_mb=$2 runtime=$3 cpus_per_task=$4" >> "$KBFUSE_SUBMITTED"
+bash "$5" > "$5.out" 2>&1
+echo "local-$$"
+"""
+LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin", "direction_witness"}
+
+
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory, kb_repo):
+    workdir = copy_workflow(tmp_path_factory.mktemp("cluster") / "wf")
+    overlay = write_test_config(workdir, *kb_repo)
+    submit = workdir.parent / "submit.sh"
+    submit.write_text(SUBMIT)
+    submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
+    log = workdir.parent / "submitted.txt"
+    env = {**os.environ, "KBFUSE_SUBMITTED": str(log)}
+    proc = snakemake(
+        workdir,
+        "--workflow-profile",
+        "profiles/slurm",
+        "--executor",
+        "cluster-generic",
+        "--cluster-generic-submit-cmd",
+        f"{submit} {{rule}} {{resources.mem_mb}} {{resources.runtime}} {{resources.cpus_per_task}}",
+        "--jobs",
+        "2",
+        "--latency-wait",
+        "5",
+        "cpu",
+        "--configfile",
+        str(overlay),
+        env=env,
+    )
+    lines = log.read_text().splitlines() if log.exists() else []
+    return workdir, lines, proc.stdout + proc.stderr
+
+
+def test_compiles_are_submitted_with_the_profiles_resources(submitted):
+    workdir, lines, _ = submitted
+    compiles = [line for line in lines if line.startswith("compile_variant ")]
+    assert read_json(workdir / "results/kernelbench/pin.json")["kind"] == "kernelbench_pin"
+    assert compiles, lines
+    assert set(compiles) == {"compile_variant mem_mb=4000 runtime=10 cpus_per_task=1"}
+
+
+def test_local_rules_are_not_submitted(submitted):
+    _, lines, _ = submitted
+    assert {line.split()[0] for line in lines}.isdisjoint(LOCAL)
+
+
+def test_the_submitted_jobs_wrote_the_cpu_targets(submitted):
+    workdir, lines, _ = submitted
+    metas = sorted(workdir.glob("results/compile/*/meta.json"))
+    assert len(metas) == len([line for line in lines if line.startswith("compile_variant ")])
+    for meta in metas:
+        record = read_json(meta)
+        assert record["kind"] == "compile" and record["arch"] == "sm_90"
+    witness = read_json(workdir / "results/protocol/direction_witness.json")
+    assert witness["kind"] == "direction_witness"

@@ -1,0 +1,79 @@
+"""The survey_summary rule and the `survey` target, run by Snakemake on hand-built records.
+
+survey.smk (the record rules) defines SURVEY, SURVEY_CHECKOUT and survey_record_files; here a
+small Snakefile defines them over records written by hand, so that this file tests the summary
+rule alone: its outputs are the declared ones, it reruns when a record changes, and not when
+nothing did.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT, snakemake
+from survey_records import record, write_records
+
+from kbfuse.survey.summary import summary_outputs
+
+pytestmark = pytest.mark.slow
+MODES = ["strict", "kernelbench-defaults"]
+STUB = f"""
+from kbfuse.workflow.deps import module_files
+
+MODES = {MODES!r}
+ENV = "../../envs/kbfuse.yaml"
+SURVEY = {{"numerics": MODES}}
+SURVEY_CHECKOUT = "checkout"
+
+
+def survey_record_files(wildcards):
+    return expand("results/survey/{{m}}/tasks/{{t}}.json", m=SURVEY["numerics"], t=[1, 53])
+
+
+include: "workflow/rules/survey_summary.smk"
+"""
+
+
+@pytest.fixture
+def stub_workflow(tmp_path) -> Path:
+    for name in ("src", "workflow", "envs"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "Snakefile").write_text(STUB)
+    shutil.copytree(ROOT / "tests/data/kernelbench_timing", tmp_path / "checkout/results/timing")
+    write_records(
+        tmp_path / "results",
+        [record(task=t, mode=m) for m in MODES for t in (1, 53)],
+    )
+    return tmp_path
+
+
+def test_survey_target_writes_the_declared_summary_and_reruns_on_change(stub_workflow):
+    snakemake(stub_workflow, "--cores", "1", "survey")
+    out = stub_workflow / "results/survey/summary"
+    assert sorted(p.name for p in out.iterdir()) == sorted(summary_outputs(MODES))
+    main = pd.read_csv(out / "survey_kernelbench-defaults.csv")
+    assert list(main["anchor_eager_ms"]) == [4.35, 5.53]  # tasks 1 and 53 at the pin
+
+    again = snakemake(stub_workflow, "--cores", "1", "survey", "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    rec = record(task=53, mode="strict", blind_spot=True)
+    write_records(stub_workflow / "results", [rec])
+    plan = snakemake(stub_workflow, "--cores", "1", "survey", "-n")
+    assert "survey_summary" in plan.stdout
+    snakemake(stub_workflow, "--cores", "1", "survey")
+    main = pd.read_csv(out / "survey_strict.csv")
+    assert dict(zip(main["task"], main["blind_spot"], strict=True)) == {1: False, 53: True}
+
+
+def test_a_bad_record_fails_the_job_naming_it_and_leaves_no_summary(stub_workflow):
+    bad = stub_workflow / "results/survey/strict/tasks/53.json"
+    bad.write_text(bad.read_text().replace('"kind": "survey_task"', '"kind": "timing"'))
+    proc = snakemake(stub_workflow, "--cores", "1", "survey", check=False)
+    assert proc.returncode != 0
+    log = (stub_workflow / "results/survey/logs/summary.log").read_text()
+    assert "53.json: field kind is not 'survey_task'" in log
+    assert not (stub_workflow / "results/survey/summary/survey_strict.csv").exists()

@@ -1,0 +1,105 @@
+"""benchmarks/survey_wall.py on the files a finished survey leaves: Snakemake benchmark files,
+job logs, records and the run log, built here as a survey run writes them."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+from survey_records import record, write_records
+
+from kbfuse.errors import KbfuseError
+from kbfuse.survey import wall
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "survey_wall.py"
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+RUN_LOG = """Building DAG of jobs...
+[Tue Dec  1 16:53:16 2026]
+localrule survey_task:
+[Tue Dec  1 16:55:40 2026]
+Finished jobid: 2 (Rule: survey_task)
+Complete log(s): /somewhere/.snakemake/log/2026-12-01T165316.278328.snakemake.log
+Elapsed time: 0:02:30.500000
+"""
+
+
+def survey_run(root: Path, log_line: bool = True) -> Path:
+    """Two strict jobs (tasks 1 and 53) as a survey run leaves them under root."""
+    for task, seconds, inside, builds in (
+        (1, 40.0, 31.5, (0.0, 2.0, 10.0)),
+        (53, 20.0, 12.0, (0.0, 1.0, 5.0)),
+    ):
+        rec = record(task=task)
+        for b, build in zip(("eager", "torchscript", "inductor"), builds, strict=True):
+            rec["baselines"][b]["build_s"] = build
+        write_records(root, [rec])
+        bench = root / "benchmarks/survey/strict" / f"{task}.tsv"
+        bench.parent.mkdir(parents=True, exist_ok=True)
+        bench.write_text(HEADER + f"{seconds}\t0:00:40\t1688\t19260\t1659\t1667\t95\t0\t52\t15\n")
+        log = root / "survey/strict/logs" / f"{task}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        last = f"wrote results/survey/strict/tasks/{task}.json in {inside} s\n" if log_line else ""
+        log.write_text(f"task {task}, numerics strict\nbaseline eager: build\n{last}")
+    return root
+
+
+def test_phases_per_job_and_totals(tmp_path):
+    root = survey_run(tmp_path / "results")
+    (tmp_path / "run.log").write_text(RUN_LOG)
+    report = wall.survey_wall(root, tmp_path / "run.log")
+    assert [
+        (j["task"], j["job_s"], j["startup_s"], j["compile_s"], j["timing_s"])
+        for j in report["jobs"]
+    ] == [(1, 40.0, 8.5, 12.0, 19.5), (53, 20.0, 8.0, 6.0, 6.0)]
+    assert report["totals"] == {
+        "job_s": 60.0,
+        "startup_s": 16.5,
+        "compile_s": 18.0,
+        "timing_s": 25.5,
+    }
+    assert report["wall_s"] == 150.5
+    assert report["parallelism"] == pytest.approx(60.0 / 150.5)
+    text = wall.report_markdown(report)
+    assert (
+        "| startup | 16.5 | 28% |" in text
+        and "| strict | 1 | 40.0 | 8.5 | 12.0 | 19.5 |  |" in text
+    )
+
+
+def test_without_the_log_line_startup_is_unknown_and_said(tmp_path):
+    report = wall.survey_wall(survey_run(tmp_path, log_line=False))
+    job = report["jobs"][0]
+    assert job["startup_s"] is None and job["timing_s"] == 28.0
+    assert job["notes"] == "no 'wrote ... in N s' line in the log: start-up counted in timing"
+    assert report["totals"]["startup_s"] is None and report["wall_s"] is None
+
+
+def test_run_wall_falls_back_to_timestamps(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text(RUN_LOG.replace("Elapsed time: 0:02:30.500000\n", ""))
+    assert wall.run_wall(log) == 144.0
+    log.write_text("nothing\n")
+    with pytest.raises(KbfuseError, match="neither 'Elapsed time:' nor two"):
+        wall.run_wall(log)
+
+
+def test_no_survey_and_a_bad_benchmark_file_are_refused(tmp_path):
+    with pytest.raises(KbfuseError, match="no survey benchmark files under"):
+        wall.survey_wall(tmp_path)
+    bad = tmp_path / "benchmarks/survey/strict/1.tsv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("x\ty\n")
+    with pytest.raises(KbfuseError, match=r"1\.tsv: no wall seconds \(column s\)"):
+        wall.survey_wall(tmp_path)
+
+
+def test_the_script_prints_and_writes_json(tmp_path, capsys, monkeypatch):
+    root = survey_run(tmp_path / "results")
+    out = tmp_path / "wall.json"
+    monkeypatch.setattr("sys.argv", ["survey_wall.py", "--results", str(root), "--json", str(out)])
+    with pytest.raises(SystemExit, match="0"):
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert "| compile | 18.0 | 30% |" in capsys.readouterr().out
+    assert json.loads(out.read_text())["totals"]["job_s"] == 60.0

@@ -1,0 +1,42 @@
+# The survey's summary (tables, plots) and the `survey` target; survey.smk writes the records
+# (SURVEY: the survey block with defaults; survey_record_files: every record of every task and
+# numerics mode; SURVEY_CHECKOUT: the pinned KernelBench checkout, whose H100 timings are the
+# anchor). kbfuse.survey.summary holds the logic, docs/survey.md what the tables say.
+from kbfuse.survey.summary import caption_name as survey_caption
+from kbfuse.survey.summary import summary_outputs as survey_summary_outputs
+
+SURVEY_SUMMARY = "results/survey/summary"
+SURVEY_SUMMARY_CODE = module_files("survey.summary", "survey.plots")
+
+
+rule survey_summary:
+    input:
+        records=survey_record_files,
+        checkout=SURVEY_CHECKOUT,
+        code=SURVEY_SUMMARY_CODE,
+    output:
+        [
+            report(
+                f"{SURVEY_SUMMARY}/{name}",
+                caption=f"../report/{survey_caption(name)}",
+                category="Survey",
+            )
+            for name in survey_summary_outputs(SURVEY["numerics"])
+        ],
+    log:
+        "results/survey/logs/summary.log",
+    conda:
+        ENV
+    params:
+        modes=SURVEY["numerics"],
+    script:
+        "../scripts/survey_summary.py"
+
+
+rule survey:
+    input:
+        survey_record_files,
+        [
+            f"{SURVEY_SUMMARY}/{name}"
+            for name in survey_summary_outputs(SURVEY["numerics"])
+        ],

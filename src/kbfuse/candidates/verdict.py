@@ -32,7 +32,7 @@ CORRECTNESS_CHECKS = (
     "official",
     "changed_weights",
     "distributions",
-    "cached_output",
+    "input_independent",
     "output_after_timing",
 )
 GUARD_CHECKS = ("timer_patched", "lazy_result", "side_stream", "unfinished_on_caller_stream")
@@ -75,13 +75,14 @@ def correctness_checks(correctness: Mapping, planned: list[dict]) -> dict[str, d
     pairs = correctness["cached_pairs"]
     if pairs:
         shown = "; ".join(" and ".join(p) for p in pairs[:3])
-        checks["cached_output"] = _check(
-            "fail", f"bit-identical outputs for different inputs or weights: {shown}"
+        checks["input_independent"] = _check(
+            "fail",
+            f"bit-identical outputs for different inputs or weights (cached or constant): {shown}",
         )
     elif len(ran) < 2:
-        checks["cached_output"] = _check("not_run", "fewer than two calls ran")
+        checks["input_independent"] = _check("not_run", "fewer than two calls ran")
     else:
-        checks["cached_output"] = _check("pass", "outputs follow inputs and weights")
+        checks["input_independent"] = _check("pass", "outputs follow inputs and weights")
     after = cases.get("after_timing")
     if after is None:
         checks["output_after_timing"] = _check("not_run", "timing did not finish")

@@ -85,6 +85,7 @@ KERNELS = r"""
 """
 
 HOST = r"""
+#include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 
 {signature} {{

@@ -140,6 +140,7 @@ extern "C" __global__ void witness_mul(const float* x, float* out, long long n, 
 """
 
 HOST = r"""
+#include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 
 torch::Tensor run(torch::Tensor x) {

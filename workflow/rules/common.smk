@@ -125,7 +125,8 @@ def summary_files():
 
 
 def manifest_files():
-    return study_results() + summary_files()
+    # CHECK_IN_MANIFEST (workflow/rules/check.smk): the check verdicts when check.in_manifest
+    return study_results() + summary_files() + CHECK_IN_MANIFEST
 
 
 def report_category(name):

@@ -28,7 +28,7 @@ from kbfuse.candidates.child import load_tensors
 from kbfuse.candidates.sandbox import Limits, run_child
 from kbfuse.candidates.spec import check_settings
 from kbfuse.errors import KbfuseError
-from kbfuse.io import sha256_file, write_json, write_text
+from kbfuse.io import sha256_file, write_json
 
 OFFICIAL_ATOL = OFFICIAL_RTOL = 1e-2  # KernelBench at the pin, float32
 
@@ -206,6 +206,7 @@ def check_candidate(
     commit: str | None = None,
     survey: str | Path | None = None,
     keep_scratch: bool = False,
+    log_dir: str | Path | None = None,
 ) -> dict:
     """Check one candidate (see the module docstring); the verdict record, also at `out`."""
     settings = check_settings(settings)
@@ -215,9 +216,9 @@ def check_candidate(
             raise KbfuseError(f"{what} {path} does not exist or is not a file")
     device = device or default_device()
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
+    logs_at = Path(log_dir) if log_dir is not None else out.parent
     logs = {
-        role: out.with_name(f"{out.stem}.{role}.log")
-        for role in ("reference", "candidate", "witness")
+        role: logs_at / f"{out.stem}.{role}.log" for role in ("reference", "candidate", "witness")
     }
     scratch = Path(tempfile.mkdtemp(prefix="kbfuse-check-"))
     try:
@@ -351,12 +352,3 @@ def assemble(
     record["verdict"], record["failed_checks"] = verdict.decide(checks)
     record["findings"] = verdict.findings(record)
     return record
-
-
-def write_logs(paths: dict[str, Path], target: Path) -> None:
-    text = "".join(
-        f"==== {role}\n{p.read_text(errors='replace')}\n"
-        for role, p in paths.items()
-        if p.is_file()
-    )
-    write_text(target, text)

@@ -117,8 +117,13 @@ class Runner:
             self.record["cases_run"].append(name)
 
     def keep_output(self, name: str, output) -> None:
+        """Record a case's output after a device-wide synchronisation (as KernelBench's
+        evaluator synchronises after each call): side-stream work is judged by the guards,
+        not by a race here."""
         import torch
 
+        if self.device == "cuda":
+            torch.cuda.synchronize()
         lazy = guards.lazy_result(output)
         if lazy is not None:
             self.record["lazy"].append({"case": name, "why": lazy})
@@ -188,7 +193,11 @@ class Runner:
     def timing(self) -> None:
         from kbfuse.candidates.timing import time_all
 
+        self.note_patches("after_calls")
         impls = self.baselines()
+        # Building the baselines (torch.jit, torch.compile) runs only kbfuse's code: the
+        # snapshot is renewed, so the checks after timing see what the candidate's calls did.
+        self.before = guards.snapshot()
         self.record["timing"] = time_all(
             impls, self.request["timing"], self.clock, self.device, self.log
         )

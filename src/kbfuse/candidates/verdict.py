@@ -36,7 +36,7 @@ CORRECTNESS_CHECKS = (
     "output_after_timing",
 )
 GUARD_CHECKS = ("timer_patched", "lazy_result", "side_stream", "unfinished_on_caller_stream")
-PROCESS_CHECKS = ("build", "time_limit", "memory_limit")
+PROCESS_CHECKS = ("build", "runtime_error", "time_limit", "memory_limit")
 CHECKS = (*PROCESS_CHECKS, *CORRECTNESS_CHECKS, *GUARD_CHECKS)
 COMPILED = ("torchscript", "inductor")
 
@@ -151,6 +151,12 @@ def process_checks(
         if status == "memory_limit"
         else _check("pass"),
     }
+    if failure is not None and failure["stage"] != "build":
+        checks["runtime_error"] = _check(
+            "fail", f"{failure['stage']} stage: {failure['error']}: {failure['message']}"
+        )
+    else:
+        checks["runtime_error"] = _check("pass", "no exception after the build")
     if failure is not None and failure["stage"] == "build":
         checks["build"] = _check("fail", f"{failure['error']}: {failure['message']}")
     elif "build" in stages_done:

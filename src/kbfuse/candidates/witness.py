@@ -65,7 +65,7 @@ def _torch_witness(flags: list[str]) -> float:
     module = load_inline(
         name=f"kbfuse_witness_{digest}",
         cpp_sources="torch::Tensor witness(torch::Tensor x, double s);",
-        cuda_sources=TORCH_SOURCE.split("#include <torch/extension.h>\n", 1)[1],
+        cuda_sources=TORCH_SOURCE,
         functions=["witness"],
         extra_cuda_cflags=flags,
         verbose=False,

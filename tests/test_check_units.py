@@ -3,12 +3,13 @@ output comparison in ULPs, the caching signature, verdict decisions and the summ
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
-from kbfuse.candidates import compare, flags, spec, verdict
+from kbfuse.candidates import compare, flags, guards, spec, verdict, witness
 from kbfuse.errors import KbfuseError
 
 # --------------------------------------------------------------------------- spec
@@ -79,6 +80,7 @@ def test_settings_defaults_and_merge():
         ({"baselines": ["eager", "tvm"]}, r"check\.baselines names 'tvm'; known"),
         ({"timing": {"cold_l2": "yes"}}, r"check\.timing\.cold_l2 is 'yes': it must be true"),
         ({"in_manifest": 1}, r"check\.in_manifest is 1: it must be true or false"),
+        ({"witness_cache": 3}, r"check\.witness_cache is 3: a folder or null"),
         ({"folder": ""}, r"check\.folder is '': it must be a folder path"),
         ([1], r"check is \[1\]: it must be a mapping"),
     ],
@@ -284,3 +286,58 @@ def test_speedups_pair_rounds_and_pick_the_fastest_compiled_baseline():
 def test_validate_names_the_field():
     with pytest.raises(KbfuseError, match=r"^v: field <top level>: 'kind' is a required"):
         verdict.validate({}, "v")
+
+
+# --------------------------------------------------------------------------- guards, witness
+
+
+def test_kernel_streams_read_gpu_activity_from_a_chrome_trace(tmp_path):
+    trace = tmp_path / "t.json"
+    events = [
+        {"cat": "kernel", "name": "ampere_sgemm", "args": {"stream": 7}},
+        {"cat": "gpu_memcpy", "name": "Memcpy DtoD", "args": {"stream": 7}},
+        {"cat": "kernel", "name": "tail53", "args": {"stream": 13}},
+        {"cat": "cpu_op", "name": "aten::mm", "args": {}},
+    ]
+    trace.write_text(json.dumps({"traceEvents": events}))
+    found = guards.kernel_streams(trace)
+    assert [(k["name"], k["stream"]) for k in found] == [
+        ("ampere_sgemm", 7),
+        ("Memcpy DtoD", 7),
+        ("tail53", 13),
+    ]
+    caller = found[:2]
+    side = guards.side_stream_work(caller, found)
+    assert side["detected"] is True
+    assert side["caller_streams"] == [7] and side["candidate_streams"] == [7, 13]
+    assert [k["name"] for k in side["off_stream"]] == ["tail53"]
+    assert guards.side_stream_work(caller, caller)["detected"] is False
+    assert guards.side_stream_work([], found)["detected"] is False  # no caller stream known
+
+
+def test_only_a_plain_tensor_is_not_lazy():
+    class Sub(torch.Tensor):
+        pass
+
+    assert guards.lazy_result(torch.zeros(2)) is None
+    assert guards.lazy_result(torch.zeros(2).as_subclass(Sub)).endswith("Sub, not torch.Tensor")
+    assert guards.lazy_result([1.0]) == "output is builtins.list, not torch.Tensor"
+
+
+def test_timer_snapshot_sees_a_replaced_function(monkeypatch):
+    import time
+
+    before = guards.snapshot()
+    assert guards.patched(before) == []
+    monkeypatch.setattr(time, "monotonic", lambda: 0.0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    assert guards.patched(before) == ["time.monotonic", "torch.cuda.synchronize"]
+
+
+def test_witness_classifies_flushed_kept_and_broken_outputs():
+    kept = witness.kept_value()
+    assert 0 < kept < 1.2e-38  # subnormal
+    assert witness.classify(0.0) is True
+    assert witness.classify(kept) is False
+    assert witness.classify(math.nan) is None
+    assert witness.classify(1e-40 * 3) is None

@@ -5,7 +5,7 @@ with `torch.utils.cpp_extension.load_inline`, the way KernelBench candidates bui
 task's linear layer stays a torch `nn.Linear`, constructed in the task's order so that
 KernelBench's seeding gives the same weights; the tail is one launch of the study's kernel on
 the caller's stream. `--fmad=false` (nvcc's default keeps FTZ off) gives the bit-identical
-contract; fastmath_53.py is the same task-53 candidate built with `--use_fast_math`.
+contract; fastmath_81.py is the same task-81 candidate built with `--use_fast_math`.
 
     python tools/make_check_candidates.py          # rewrite the files
     python tools/make_check_candidates.py --check  # exit 1 when a file is out of date
@@ -114,10 +114,10 @@ VARIANTS = {
     "own_53": (53, ["--fmad=false"], "kbfuse's fused tail of task 53: bit-identical to eager."),
     "own_81": (81, ["--fmad=false"], "kbfuse's fused tail of task 81: bit-identical to eager."),
     "own_95": (95, ["--fmad=false"], "kbfuse's fused tail of task 95: bit-identical to eager."),
-    "fastmath_53": (
-        53,
-        ["--fmad=false", "--use_fast_math"],
-        "The task-53 tail built with --use_fast_math (implies FTZ): passes 1e-2, bits differ.",
+    "fastmath_81": (
+        81,
+        ["--use_fast_math"],
+        "The task-81 tail built with --use_fast_math (FTZ, fast exp and division): bits differ.",
     ),
 }
 

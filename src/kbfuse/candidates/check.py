@@ -70,10 +70,20 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _child(role: str, request: dict, folder: Path, limits: Limits, log: Path):
+def _child(role: str, request: dict, folder: Path, limits: Limits, log: Path, env=None):
     request_path = folder.parent / f"{role}-request.json"
     request_path.write_text(json.dumps({**request, "out": str(folder / "out")}))
-    return run_child(role, request_path, folder, limits, log)
+    return run_child(role, request_path, folder, limits, log, env)
+
+
+def witness_env(settings: dict) -> dict[str, str] | None:
+    """The witness's extensions folder: a shared cache when check.witness_cache names one (the
+    witness is kbfuse's own code, built by name from a hash of the flags), else its scratch."""
+    cache = settings["witness_cache"]
+    if cache is None:
+        return None
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    return {"TORCH_EXTENSIONS_DIR": str(Path(cache).resolve())}
 
 
 def run_reference(task_file: Path, settings: dict, device: str, scratch: Path, limits, log):
@@ -244,7 +254,14 @@ def check_candidate(
         if device == "cuda" and builds:
             folder = scratch / "witness"
             folder.mkdir()
-            witness_outcome = _child("witness", {"builds": builds}, folder, limits, logs["witness"])
+            witness_outcome = _child(
+                "witness",
+                {"builds": builds},
+                folder,
+                limits,
+                logs["witness"],
+                witness_env(settings),
+            )
             witness = _read_json(folder / "out" / "witness.json")
         correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []))
         correctness["skipped_cases"] = runner.get("skipped_cases", {})

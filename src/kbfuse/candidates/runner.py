@@ -90,7 +90,17 @@ class Runner:
         self.make(self.request["seed"])  # constructing may compile: still the build stage
 
     def make(self, seed: int):
-        return build_instance(self.task, self.module.ModelNew, seed, self.device)
+        return self.settled(build_instance(self.task, self.module.ModelNew, seed, self.device))
+
+    def settled(self, value):
+        """`value` once every copy to the device has landed: a host-to-device copy from
+        pageable memory may still be in flight when it returns, and a candidate that reads
+        on another stream must not see a half-copied input or weight."""
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return value
 
     def correctness(self) -> None:
         cases = self.request["cases"]
@@ -103,14 +113,14 @@ class Runner:
                 instances[case["instance"]] = self.make(seed)
             model = instances[case["instance"]]
             if case.get("perturb"):
-                names = perturb_weights(model)
+                names = self.settled(perturb_weights(model))
                 if names != case.get("perturbed"):
                     self.record["skipped_cases"][name] = (
                         f"ModelNew's parameters {names} are not the task Model's "
                         f"{case.get('perturbed')}: its weights cannot be changed the same way"
                     )
                     continue
-            inputs = to_device(load_tensors(inputs_dir / f"{name}.pt"), self.device)
+            inputs = self.settled(to_device(load_tensors(inputs_dir / f"{name}.pt"), self.device))
             output = self.call(model, inputs)
             self.note_patches("after_calls")
             self.keep_output(name, output)
@@ -134,7 +144,7 @@ class Runner:
 
     def timing_setup(self) -> None:
         inputs_dir = Path(self.request["inputs_dir"])
-        self.x = to_device(load_tensors(inputs_dir / "official_0.pt"), self.device)
+        self.x = self.settled(to_device(load_tensors(inputs_dir / "official_0.pt"), self.device))
         self.model = build_instance(self.task, self.task.Model, self.request["seed"], self.device)
         self.candidate = self.make(self.request["seed"])
 

@@ -107,8 +107,16 @@ def _tail(path: Path, limit: int = 4000) -> str:
     return data[-limit:].decode("utf-8", errors="replace")
 
 
-def run_child(role: str, request: Path, scratch: Path, limits: Limits, log: Path) -> Outcome:
-    """Run one child role on `request` under `limits`; never raises for what the child does."""
+def run_child(
+    role: str,
+    request: Path,
+    scratch: Path,
+    limits: Limits,
+    log: Path,
+    env: dict[str, str] | None = None,
+) -> Outcome:
+    """Run one child role on `request` under `limits`; never raises for what the child does.
+    `env` overrides the child's environment (the witness's shared extensions cache)."""
     scratch.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "kbfuse.candidates.child", role, str(request)]
@@ -119,7 +127,7 @@ def run_child(role: str, request: Path, scratch: Path, limits: Limits, log: Path
         proc = subprocess.Popen(
             command,
             cwd=scratch,
-            env=child_env(scratch),
+            env={**child_env(scratch), **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -29,6 +29,7 @@ LEVELS = (2,)
 DEFAULTS: dict[str, Any] = {
     "folder": "tests/candidates",
     "in_manifest": False,
+    "witness_cache": None,
     "time_limit_s": 600.0,
     "memory_limit_mb": 32768,
     "gpu_memory_fraction": 0.5,
@@ -106,6 +107,8 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
     s = _merge(DEFAULTS, given or {}, "check")
     if not isinstance(s["folder"], str) or not s["folder"]:
         raise KbfuseError(f"check.folder is {s['folder']!r}: it must be a folder path")
+    if s["witness_cache"] is not None and not isinstance(s["witness_cache"], str):
+        raise KbfuseError(f"check.witness_cache is {s['witness_cache']!r}: a folder or null")
     if not isinstance(s["in_manifest"], bool):
         raise KbfuseError(f"check.in_manifest is {s['in_manifest']!r}: it must be true or false")
     _positive_number(s["time_limit_s"], "check.time_limit_s")

@@ -155,3 +155,33 @@ def test_the_generated_corpus_is_up_to_date():
     tool = Path(__file__).parent.parent / "tools" / "make_check_candidates.py"
     proc = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_kernelbench_eval_table_puts_both_verdicts_side_by_side(tmp_path, check_run):
+    import importlib.util
+
+    tool = Path(__file__).parent.parent / "tools" / "kernelbench_eval.py"
+    spec = importlib.util.spec_from_file_location("kernelbench_eval_tool", tool)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    workdir, _ = check_run
+    entry = {
+        "candidate": "good.py",
+        "task": 53,
+        "static": {"valid": False, "errors": ["no CUDA kernel found"], "warnings": []},
+        "result": {
+            "compiled": True,
+            "correctness": True,
+            "runtime": 10.0,
+            "ref_runtime": 150.0,
+            "metadata": {"excessive_speedup": True},
+        },
+    }
+    cells = module.row(entry, workdir / "results" / "check")
+    assert cells["kernelbench_correct"] is True and cells["kernelbench_speedup"] == 15.0
+    assert cells["kernelbench_flags"] == "excessive_speedup"
+    assert cells["static_errors"] == "no CUDA kernel found"
+    assert cells["kbfuse_verdict"] == "pass"
+    table = module.markdown([cells])
+    assert table.splitlines()[0].startswith("| candidate | task | kernelbench_compiled")
+    assert "| good.py | 2/53 | True | True | 15.0 |" in table

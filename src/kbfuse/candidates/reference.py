@@ -13,7 +13,7 @@ weights):
                  instance), trial seeds drawn from torch.manual_seed(42) as
                  `run_and_check_correctness` does, inputs from the task's get_inputs();
   weights        the official instance after an in-place change of every parameter
-                 (p * 1.25 + 0.01, in name order), on official_0's inputs;
+                 (p * 1.25 + 0.001, in name order), on official_0's inputs;
   {dist}_s{seed} a fresh instance per seed (weights from that seed); each float32 input drawn
                  from the study's distribution (kbfuse.inputs) with that seed.
 Models stay in training mode, as KernelBench's evaluator leaves them; every call runs under
@@ -32,7 +32,7 @@ from kbfuse.candidates.child import (
     write_json,
 )
 
-PERTURB_SCALE, PERTURB_SHIFT = 1.25, 0.01
+PERTURB_SCALE, PERTURB_SHIFT = 1.25, 0.001
 
 
 def trial_seeds(seed: int, trials: int) -> list[int]:

@@ -54,6 +54,18 @@ def test_bad_task_line_names_file_and_line(tmp_path):
         spec.task_of_file(path)
 
 
+def test_settings_know_the_studys_distributions_without_importing_torch():
+    import subprocess
+    import sys
+
+    from kbfuse.inputs import DISTRIBUTIONS
+
+    assert spec.DISTRIBUTIONS == DISTRIBUTIONS
+    probe = "import sys, kbfuse.candidates.spec; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
+
+
 def test_settings_defaults_and_merge():
     s = spec.check_settings({"timing": {"rounds": 4}})
     assert s["timing"]["rounds"] == 4

@@ -88,8 +88,19 @@ def test_settings_are_checked_before_any_job(tmp_path, kb_repo):
     overlay = _overlay(workdir, kb_repo, seeds=[])
     proc = snakemake(workdir, "-n", "check", "--configfile", str(overlay), check=False)
     assert proc.returncode != 0
-    assert "check.seeds is []: it must be a non-empty list" in proc.stderr
+    assert "config key check.seeds: [] is invalid: [] should be non-empty" in proc.stderr
     assert not (workdir / "results").exists()
+
+
+def test_bad_check_values_are_refused_by_key(tmp_path, kb_repo):
+    workdir = copy_workflow(tmp_path / "wf")
+    overlay = _overlay(workdir, kb_repo, distributions=["uniform", "uniform"], timing={"rounds": 0})
+    proc = snakemake(workdir, "-n", "check", "--configfile", str(overlay), check=False)
+    assert proc.returncode != 0
+    assert "config key check.timing.rounds: 0 is invalid" in proc.stderr
+    overlay = _overlay(workdir, kb_repo, witness_cache="")
+    proc = snakemake(workdir, "-n", "check", "--configfile", str(overlay), check=False)
+    assert "config key check.witness_cache: '' is invalid" in proc.stderr
 
 
 def test_a_candidate_without_a_task_line_is_named_before_any_job(tmp_path, kb_repo):

@@ -353,3 +353,25 @@ def test_witness_classifies_flushed_kept_and_broken_outputs():
     assert witness.classify(kept) is False
     assert witness.classify(math.nan) is None
     assert witness.classify(1e-40 * 3) is None
+
+
+def test_trivial_status_comes_from_the_survey_record_when_there_is_one(tmp_path):
+    from kbfuse.candidates.check import trivial_status
+
+    computed = {"trivial": {"zeros": {"applicable": True, "passes": False}, "blind_spot": False}}
+    survey = tmp_path / "23.json"
+    spots = {
+        "zeros": {"applicable": True, "passes": True},
+        "mean_constant": {"applicable": True, "passes": True, "value": 1e-9},
+        "input_identity": {"applicable": False, "passes": None},
+    }
+    survey.write_text(json.dumps({"kind": "survey_task", "blind_spots": spots, "blind_spot": True}))
+    status, source = trivial_status(computed, survey)
+    assert source == "survey record 23.json"
+    assert status["zeros"]["passes"] is True and status["blind_spot"] is True
+    assert trivial_status(computed, tmp_path / "missing.json") == (
+        computed["trivial"],
+        "computed by the reference process",
+    )
+    survey.write_text(json.dumps({"kind": "survey_task"}))  # no blind spots recorded
+    assert trivial_status(computed, survey)[1] == "computed by the reference process"

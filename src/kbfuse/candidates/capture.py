@@ -16,6 +16,7 @@ import functools
 from typing import Any
 
 BUILDS: list[dict[str, Any]] = []
+NOTES: list[str] = []
 
 
 def _as_list(value: Any) -> list[str]:
@@ -76,7 +77,13 @@ def install() -> None:
     except Exception:  # noqa: BLE001 - CuPy absent or unusable: nothing to wrap
         return
     for name in ("RawModule", "RawKernel"):
-        setattr(cupy, name, _wrap_cupy(name, getattr(cupy, name)))
+        try:
+            setattr(cupy, name, _wrap_cupy(name, getattr(cupy, name)))
+        except Exception as exc:  # noqa: BLE001 - a CuPy whose classes cannot be wrapped
+            NOTES.append(
+                f"cupy.{name} not wrapped ({type(exc).__name__}: {exc}): its builds "
+                "are not recorded"
+            )
 
 
 def triton_used(module) -> bool:

@@ -60,6 +60,7 @@ class Runner:
         from kbfuse.candidates.flags import ninja_builds
 
         self.record["builds"] = capture.BUILDS
+        self.record["capture_notes"] = capture.NOTES
         self.record["ninja"] = ninja_builds(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
         write_json(self.out / "runner.json", self.record)
 

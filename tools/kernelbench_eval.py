@@ -7,13 +7,16 @@ num_correct_trials=TRIALS, num_perf_trials=PERF, measure_performance=True)` (its
 otherwise: cuda-event timing, the excessive-speedup flag at 10x), and its static checker
 `kernelbench.kernel_static_checker.validate_kernel_static(source, backend="cuda",
 precision="fp32")`. Each candidate is evaluated in a child process of its own (a candidate that
-patches torch would otherwise change the next one's result). Needs a GPU and the evaluator's
-imports (pydantic, requests). Writes one JSON and one Markdown table:
+patches torch would otherwise change the next one's result). Needs a GPU. The package's
+`__init__` (LLM client imports, torch.rand_mix aliases) is not run; `requests`, which the
+evaluation never calls, and pydantic's BaseModel (the result container) are stood in for when
+missing, and the JSON says so (`stubs`). Writes one JSON and one Markdown table:
 
     python tools/kernelbench_eval.py --kernelbench results/kernelbench/checkout \\
         --out results/check/kernelbench_eval tests/candidates/*.py
 
-`--trials` defaults to 1 (KernelBench's default `num_correct_trials`); the Markdown table puts
+`--static-only` runs the static checker alone (no GPU needed). `--trials` defaults to 1
+(KernelBench's default `num_correct_trials`); the Markdown table puts
 kbfuse check's verdicts beside when `--verdicts` names their folder (results/check).
 """
 
@@ -32,16 +35,44 @@ from kbfuse.candidates.check import find_task_file  # noqa: E402
 from kbfuse.candidates.spec import task_of_file  # noqa: E402
 
 CHILD = r"""
-import json, sys
+import copy, importlib, json, sys, types
 checkout, task_file, candidate, trials, perf = sys.argv[1:6]
-sys.path.insert(0, checkout + "/src")
+# kernelbench/__init__.py imports its LLM helpers (openai, litellm, dotenv, tqdm) and only adds
+# torch.rand_mix aliases: the evaluator is loaded without it, from the same source files.
+package = types.ModuleType("kernelbench")
+package.__path__ = [checkout + "/src/kernelbench"]
+sys.modules["kernelbench"] = package
+stubs = []
+try:
+    import requests  # noqa: F401 - eval.py imports it; the evaluation never calls it
+except ImportError:
+    sys.modules["requests"] = types.ModuleType("requests")
+    stubs.append("requests")
+try:
+    import pydantic  # noqa: F401
+except ImportError:
+    class BaseModel:  # the result container only: fields with defaults, model_dump
+        def __init__(self, **values):
+            for cls in reversed(type(self).__mro__):
+                for name in getattr(cls, "__annotations__", {}):
+                    setattr(self, name, copy.deepcopy(getattr(cls, name, None)))
+            for name, value in values.items():
+                setattr(self, name, value)
+        def model_dump(self):
+            return {k: v for k, v in vars(self).items()}
+    sys.modules["pydantic"] = types.SimpleNamespace(BaseModel=BaseModel)
+    stubs.append("pydantic")
 from kernelbench.eval import eval_kernel_against_ref
 from kernelbench.kernel_static_checker import validate_kernel_static
 task_src, cand_src = open(task_file).read(), open(candidate).read()
 valid, errors, warnings = validate_kernel_static(cand_src, backend="cuda", precision="fp32")
+if int(trials) == 0:  # --static-only: the text checks, no GPU
+    print("KBFUSE-RESULT " + json.dumps({"static": {"valid": valid, "errors": errors,
+          "warnings": warnings}, "stubs": stubs, "result": None}))
+    sys.exit(0)
 result = eval_kernel_against_ref(task_src, cand_src, seed_num=42,
     num_correct_trials=int(trials), num_perf_trials=int(perf), measure_performance=True)
-out = {"static": {"valid": valid, "errors": errors, "warnings": warnings}}
+out = {"static": {"valid": valid, "errors": errors, "warnings": warnings}, "stubs": stubs}
 if result is None:
     out["result"] = None
 else:
@@ -95,6 +126,7 @@ def row(entry: dict, verdicts: Path | None) -> dict:
         ),
         "static_valid": (entry.get("static") or {}).get("valid"),
         "static_errors": "; ".join((entry.get("static") or {}).get("errors", []))[:120],
+        "static_warnings": "; ".join((entry.get("static") or {}).get("warnings", []))[:120],
         "error": entry.get("error", ""),
     }
     verdict_file = verdicts / f"{Path(entry['candidate']).stem}.json" if verdicts else None
@@ -125,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--perf-trials", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--static-only", action="store_true", help="only the static checker (text; no GPU)"
+    )
     args = parser.parse_args(argv)
+    if args.static_only:
+        args.trials = 0
     entries = []
     for candidate in args.candidates:
         entry = evaluate(args.kernelbench, candidate, args.trials, args.perf_trials, args.timeout)

@@ -20,17 +20,19 @@ import json
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kbfuse.candidates import compare, flags, verdict
 from kbfuse.candidates.child import load_tensors
-from kbfuse.candidates.sandbox import Limits, run_child
+from kbfuse.candidates.sandbox import Limits, Outcome, run_child
 from kbfuse.candidates.spec import check_settings
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file, write_json
 
 OFFICIAL_ATOL = OFFICIAL_RTOL = 1e-2  # KernelBench at the pin, float32
+ROLES = ("reference", "candidate", "witness")
 
 
 def find_task_file(checkout: str | Path, level: int, task: int) -> Path:
@@ -205,6 +207,44 @@ def _environment(device: str) -> dict:
     return env
 
 
+@dataclass
+class Evidence:
+    """What the three children left behind, read back by the parent."""
+
+    info: dict  # reference.json: output shape, trivial-candidate status
+    cases: list[dict]  # the case list both sides followed
+    outcome: Outcome  # the candidate process
+    runner: dict  # runner.json ({} when the process died before writing it)
+    witness: list[dict] | None
+    witness_outcome: Outcome | None
+    correctness: dict
+
+
+def gather(candidate, task_file, settings, device, scratch: Path, logs: dict) -> Evidence:
+    """Run the reference, candidate and witness children in `scratch`; compare the tensors."""
+    limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
+    cases, info, ref_out = run_reference(
+        task_file, settings, device, scratch, limits, logs["reference"]
+    )
+    outcome, cand_out = run_candidate(
+        candidate, task_file, settings, device, cases, ref_out, scratch, limits, logs["candidate"]
+    )
+    runner = _read_json(cand_out / "runner.json") or {}
+    witness, witness_outcome = None, None
+    builds = witness_builds(runner)
+    if device == "cuda" and builds:
+        folder = scratch / "witness"
+        folder.mkdir()
+        env = witness_env(settings)
+        witness_outcome = _child(
+            "witness", {"builds": builds}, folder, limits, logs["witness"], env
+        )
+        witness = _read_json(folder / "out" / "witness.json")
+    correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []))
+    correctness["skipped_cases"] = runner.get("skipped_cases", {})
+    return Evidence(info, cases, outcome, runner, witness, witness_outcome, correctness)
+
+
 def check_candidate(
     candidate: str | Path,
     level: int,
@@ -225,68 +265,26 @@ def check_candidate(
         if not path.is_file():
             raise KbfuseError(f"{what} {path} does not exist or is not a file")
     device = device or default_device()
-    limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
     logs_at = Path(log_dir) if log_dir is not None else out.parent
-    logs = {
-        role: logs_at / f"{out.stem}.{role}.log" for role in ("reference", "candidate", "witness")
-    }
+    logs = {role: logs_at / f"{out.stem}.{role}.log" for role in ROLES}
+    for log in logs.values():
+        log.unlink(missing_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="kbfuse-check-"))
     try:
-        for log in logs.values():
-            log.unlink(missing_ok=True)
-        cases, info, ref_out = run_reference(
-            task_file, settings, device, scratch, limits, logs["reference"]
-        )
-        outcome, cand_out = run_candidate(
-            candidate,
-            task_file,
-            settings,
-            device,
-            cases,
-            ref_out,
-            scratch,
-            limits,
-            logs["candidate"],
-        )
-        runner = _read_json(cand_out / "runner.json") or {}
-        witness, witness_outcome = None, None
-        builds = witness_builds(runner)
-        if device == "cuda" and builds:
-            folder = scratch / "witness"
-            folder.mkdir()
-            witness_outcome = _child(
-                "witness",
-                {"builds": builds},
-                folder,
-                limits,
-                logs["witness"],
-                witness_env(settings),
-            )
-            witness = _read_json(folder / "out" / "witness.json")
-        correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []))
-        correctness["skipped_cases"] = runner.get("skipped_cases", {})
-        record = assemble(
-            candidate,
-            level,
-            task,
-            task_file,
-            commit,
-            device,
-            settings,
-            info,
-            survey,
-            outcome,
-            witness_outcome,
-            runner,
-            witness,
-            correctness,
-            cases,
-        )
+        evidence = gather(candidate, task_file, settings, device, scratch, logs)
     finally:
         if keep_scratch:
             print(f"scratch kept: {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+    task_record = {
+        "level": level,
+        "task": task,
+        "file": task_file.name,
+        "sha256": sha256_file(task_file),
+        "commit": commit,
+    }
+    record = assemble(candidate, task_record, device, settings, survey, evidence)
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
     return record
@@ -305,24 +303,12 @@ def trivial_status(info: dict, survey: str | Path | None) -> tuple[dict | None, 
 
 
 def assemble(
-    candidate,
-    level,
-    task,
-    task_file,
-    commit,
-    device,
-    settings,
-    info,
-    survey,
-    outcome,
-    witness_outcome,
-    runner,
-    witness,
-    correctness,
-    cases,
+    candidate: Path, task: dict, device: str, settings: dict, survey, evidence: Evidence
 ) -> dict:
+    """The verdict record (kbfuse.candidates.verdict names the checks and decides)."""
+    runner, outcome, correctness = evidence.runner, evidence.outcome, evidence.correctness
     failure = runner.get("failure")
-    trivial, trivial_source = trivial_status(info, survey)
+    trivial, trivial_source = trivial_status(evidence.info, survey)
     guards = None
     if runner.get("patched"):
         guards = {
@@ -335,32 +321,26 @@ def assemble(
     checks.update(
         verdict.process_checks(outcome.as_dict(), failure, runner.get("stages_done") or [])
     )
-    checks.update(verdict.correctness_checks(correctness, cases))
+    checks.update(verdict.correctness_checks(correctness, evidence.cases))
     checks.update(verdict.guard_checks(guards, device))
     timing = runner.get("timing")
     record = {
         "kind": verdict.KIND,
         "schema_version": verdict.SCHEMA_VERSION,
         "candidate": {"file": candidate.name, "sha256": sha256_file(candidate)},
-        "task": {
-            "level": level,
-            "task": task,
-            "file": task_file.name,
-            "sha256": sha256_file(task_file),
-            "commit": commit,
-        },
+        "task": task,
         "environment": _environment(device),
         "settings": settings,
         "checks": checks,
         "processes": {
             "candidate": outcome.as_dict(),
-            "witness": witness_outcome.as_dict() if witness_outcome else None,
+            "witness": evidence.witness_outcome.as_dict() if evidence.witness_outcome else None,
         },
         "failure": failure and {k: failure[k] for k in ("stage", "error", "message")},
         "trivial": trivial,
         "trivial_source": trivial_source,
         "correctness": correctness,
-        "contract": contract(runner, witness),
+        "contract": contract(runner, evidence.witness),
         "guards": guards,
         "baselines": runner.get("baselines"),
         "timing": timing,

@@ -13,9 +13,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
-from kbfuse.candidates.spec import parse_task, task_of_file
-
 
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="judge a KernelBench candidate kernel (ModelNew)")
@@ -45,6 +42,11 @@ def _settings(config: str | None) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: building the parser must not import torch (`kbfuse verify-bundle` stays
+    # a small process; tests/test_untrusted_bundle.py bounds its memory).
+    from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
+    from kbfuse.candidates.spec import parse_task, task_of_file
+
     candidate = Path(args.candidate)
     if args.task:
         level, task = parse_task(args.task)

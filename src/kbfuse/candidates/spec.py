@@ -31,7 +31,7 @@ DISTRIBUTIONS = ("uniform", "normal", "uniform_x100", "uniform_xneg100")
 DEFAULTS: dict[str, Any] = {
     "folder": "tests/candidates",
     "in_manifest": False,
-    "witness_cache": None,
+    "witness_cache": "results/check/witness-cache",
     "time_limit_s": 600.0,
     "memory_limit_mb": 32768,
     "gpu_memory_fraction": 0.5,

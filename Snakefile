@@ -47,6 +47,7 @@ include: "workflow/rules/correctness.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/controls.smk"
 include: "workflow/rules/protocol.smk"
+include: "workflow/rules/check.smk"
 include: "workflow/rules/summary.smk"
 
 
@@ -58,6 +59,7 @@ localrules:
     kernelbench_pin,
     direction_witness,
     margin_audit,
+    check_summary,
     summary,
     manifest,
     bundle,

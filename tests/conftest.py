@@ -42,6 +42,8 @@ WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles
 # `pytest -m "not gpu and not slow"` is a quick loop while editing. CI runs them all.
 SLOW_MODULES = {
     "test_bad_inputs",
+    "test_check_candidates",
+    "test_check_workflow",
     "test_concurrency",
     "test_gpu_job_startup",
     "test_interruption",

@@ -134,6 +134,28 @@ OVERRIDES = [
         ("controls", "witness81_inputs"),
         [-88, -10.0],
     ),
+    ("check.folder", "check={folder: mine}", ("check", "folder"), "mine"),
+    ("check.in_manifest", "check={in_manifest: true}", ("check", "in_manifest"), True),
+    ("check.witness_cache", "check={witness_cache: wc}", ("check", "witness_cache"), "wc"),
+    ("check.time_limit_s", "check={time_limit_s: 30}", ("check", "time_limit_s"), 30),
+    ("check.memory_limit_mb", "check={memory_limit_mb: 512}", ("check", "memory_limit_mb"), 512),
+    (
+        "check.gpu_memory_fraction",
+        "check={gpu_memory_fraction: 0.25}",
+        ("check", "gpu_memory_fraction"),
+        0.25,
+    ),
+    ("check.official_trials", "check={official_trials: 1}", ("check", "official_trials"), 1),
+    ("check.seed", "check={seed: 7}", ("check", "seed"), 7),
+    ("check.seeds", "check={seeds: [3, 4]}", ("check", "seeds"), [3, 4]),
+    (
+        "check.distributions",
+        "check={distributions: [normal]}",
+        ("check", "distributions"),
+        ["normal"],
+    ),
+    ("check.baselines", "check={baselines: [eager]}", ("check", "baselines"), ["eager"]),
+    ("check.timing", "check={timing: {rounds: 4}}", ("check", "timing", "rounds"), 4),
 ]
 
 
@@ -194,7 +216,7 @@ def test_an_unknown_key_is_named_without_dumping_the_config():
     assert message == (
         "invalid config:\n  config key colour: unknown key (known here: kernelbench, tasks, "
         "seeds, distributions, tolerance, arch, variants, nvrtc_versions, baselines, timing, "
-        "controls)"
+        "check, controls)"
     )
     with pytest.raises(KbfuseError, match=r"config key timing\.rounds_: unknown key \(known"):
         checked(overridden("timing={rounds_: 3}"))

@@ -3,6 +3,7 @@
     kbfuse verify-bundle BUNDLE [--json]
     kbfuse compare BUNDLE BUNDLE [...] --out DIR [--label LABEL ...]
     kbfuse summarize RESULTS_DIR --config CONFIG --out DIR [--kernels DIR]
+    kbfuse check CANDIDATE.py [--task 2/53] [--kernelbench DIR | --task-file FILE] [--out JSON]
     kbfuse --version
 
 `summarize` is the CPU-only way to rebuild the tables and plots of a finished run (for
@@ -148,6 +149,9 @@ def parser() -> argparse.ArgumentParser:
         "--kernels", default="kernels", help="kernel sources the config names (default: kernels)"
     )
     s.set_defaults(run=_summarize)
+    from kbfuse.candidates.cli import add_parser as add_check_parser
+
+    add_check_parser(sub)  # kbfuse check CANDIDATE.py --task 2/53 (docs/check.md)
     return p
 
 

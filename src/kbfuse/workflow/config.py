@@ -161,12 +161,15 @@ def _number(text: str, kind: str) -> int | float | str:
 
 
 def coerce_numbers(value: Any, schema: Mapping[str, Any]) -> Any:
-    """`value` with strings that spell a number turned into numbers where `schema` wants one.
+    """`value` with strings that spell a number (or true / false) turned into numbers (booleans)
+    where `schema` wants one.
 
     Mappings and lists are changed in place (Snakemake's `config` is the object it keeps)."""
     kind = schema.get("type")
     if isinstance(value, str) and kind in ("integer", "number"):
         return _number(value, kind)
+    if isinstance(value, str) and kind == "boolean" and value in ("true", "false"):
+        return value == "true"  # --config 'check={in_manifest: true}' arrives as 'true'
     if isinstance(value, list) and kind == "array":
         items = schema.get("items", {})
         value[:] = [coerce_numbers(item, items) for item in value]
@@ -334,8 +337,20 @@ def check_config(config: Mapping[str, Any], kernels_dir: str | Path = "kernels")
             f"config key controls.tiny_values: low {tiny['low']!r} "
             f"must be below high {tiny['high']!r}"
         )
+    problems += _check_block_problems(config.get("check"))
     if problems:
         raise invalid(problems)
+
+
+def _check_block_problems(block: Any) -> list[str]:
+    """What the schema cannot say about the `check:` block (kbfuse check, docs/check.md)."""
+    from kbfuse.candidates.spec import check_settings
+
+    try:
+        check_settings(block)
+    except KbfuseError as exc:
+        return [f"config key {exc}"]
+    return []
 
 
 def check_workflow_config(

@@ -1,0 +1,79 @@
+"""`kbfuse check CANDIDATE.py [--task 2/53] ...`: the command-line form of check_candidate.
+
+The task is `--task`, or the candidate's `# kbfuse-task:` line. Its file comes from a
+KernelBench checkout (`--kernelbench`, default results/kernelbench/checkout, the workflow's
+checkout at the pin; the commit is recorded) or is given directly (`--task-file`, for a task
+outside KernelBench, such as the CPU tests' tiny tasks). Settings come from the `check:` block
+of `--config` when given (config/config.yaml), else the defaults of kbfuse.candidates.spec.
+Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("check", help="judge a KernelBench candidate kernel (ModelNew)")
+    c.add_argument("candidate", help="a Python file in KernelBench's submission format")
+    c.add_argument("--task", help="LEVEL/TASK, e.g. 2/53 (default: the file's kbfuse-task line)")
+    c.add_argument(
+        "--kernelbench",
+        default="results/kernelbench/checkout",
+        help="KernelBench checkout at the pin (default: the workflow's)",
+    )
+    c.add_argument("--task-file", help="the task's Python file, instead of the checkout's")
+    c.add_argument("--out", help="verdict JSON (default: results/check/<candidate>.json)")
+    c.add_argument("--config", help="a config file whose check: block sets the limits")
+    c.add_argument("--survey", help="the survey record of the task (its blind spots)")
+    c.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
+    c.add_argument("--keep-scratch", action="store_true", help="keep the scratch folder")
+    c.set_defaults(run=run)
+
+
+def _settings(config: str | None) -> dict | None:
+    if config is None:
+        return None
+    from kbfuse.workflow.config import read_config_file
+
+    data = read_config_file(config) or {}
+    return data.get("check") if isinstance(data, dict) else None
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: building the parser must not import torch (`kbfuse verify-bundle` stays
+    # a small process; tests/test_untrusted_bundle.py bounds its memory).
+    from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
+    from kbfuse.candidates.spec import parse_task, task_of_file
+
+    candidate = Path(args.candidate)
+    if args.task:
+        level, task = parse_task(args.task)
+    else:
+        level, task = task_of_file(candidate)
+    if args.task_file:
+        task_file, commit = Path(args.task_file), None
+    else:
+        task_file = find_task_file(args.kernelbench, level, task)
+        commit = checkout_commit(args.kernelbench)
+    out = Path(args.out) if args.out else Path("results/check") / f"{candidate.stem}.json"
+    record = check_candidate(
+        candidate,
+        level,
+        task,
+        task_file,
+        out,
+        _settings(args.config),
+        device=args.device,
+        commit=commit,
+        survey=args.survey,
+        keep_scratch=args.keep_scratch,
+    )
+    print(f"{candidate.name}: {record['verdict']} (task {level}/{task})")
+    for name in record["failed_checks"]:
+        print(f"  failed {name}: {record['checks'][name]['detail']}")
+    for name in record["findings"]:
+        print(f"  finding {name}")
+    print(f"  verdict written to {out}")
+    return 0 if record["verdict"] == "pass" else 1

@@ -1,0 +1,95 @@
+"""Comparing a candidate's outputs with the reference's, in the parent process.
+
+Both sides' tensors are read with `torch.load(weights_only=True)` and compared on the CPU:
+per case the official predicate (`torch.allclose(reference, candidate, atol, rtol)`, the
+pinned KernelBench order and tolerance 1e-2; kbfuse.checks.numerics.official_allclose), the number
+of bit-identical elements, the largest absolute error and the largest error in units in the
+last place (ULPs: the distance between the two float32 values along the ordered float32
+line; 0 for bit-identical, 1 for adjacent floats; NaN against a number counts as 2^32).
+
+`cached_calls` finds the caching signature: two calls of one model instance whose outputs are
+bit-identical while the reference outputs of the same two cases differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from kbfuse.checks.numerics import official_allclose
+
+NAN_ULPS = 2**32
+
+
+def ordered_bits(t: torch.Tensor) -> torch.Tensor:
+    """float32 -> int64 that orders like the floats (-0.0 and +0.0 both map to 0)."""
+    bits = t.contiguous().view(torch.int32).to(torch.int64)
+    return torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+
+
+def max_ulps(reference: torch.Tensor, candidate: torch.Tensor) -> int:
+    if reference.numel() == 0:
+        return 0
+    distance = (ordered_bits(reference) - ordered_bits(candidate)).abs()
+    either_nan = torch.isnan(reference) | torch.isnan(candidate)
+    both_nan = torch.isnan(reference) & torch.isnan(candidate)
+    distance = torch.where(either_nan & ~both_nan, torch.full_like(distance, NAN_ULPS), distance)
+    distance = torch.where(both_nan, torch.zeros_like(distance), distance)
+    return int(distance.max().item())
+
+
+def compare_case(reference, candidate, atol: float, rtol: float) -> dict:
+    """The case record: problem (None when comparable), pass, bits, errors."""
+    base = {"numel": int(reference.numel()) if isinstance(reference, torch.Tensor) else 0}
+    if not isinstance(candidate, torch.Tensor):
+        return {**base, "problem": f"output is {type(candidate).__name__}", "official_pass": False}
+    if candidate.shape != reference.shape:
+        problem = f"shape {list(candidate.shape)}, expected {list(reference.shape)}"
+        return {**base, "problem": problem, "official_pass": False}
+    if candidate.dtype != torch.float32 or reference.dtype != torch.float32:
+        problem = f"dtype {candidate.dtype}, expected {reference.dtype}"
+        return {**base, "problem": problem, "official_pass": False}
+    ref, cand = reference.contiguous(), candidate.contiguous()
+    bit_equal = int((ref.view(torch.int32) == cand.view(torch.int32)).sum().item())
+    diff = (ref.double() - cand.double()).abs()
+    finite = diff[torch.isfinite(diff)]
+    return {
+        **base,
+        "problem": None,
+        "official_pass": official_allclose(ref, cand, atol, rtol),
+        "bit_equal": bit_equal,
+        "bit_identical": bit_equal == ref.numel(),
+        "max_abs": float(finite.max().item()) if finite.numel() else 0.0,
+        "max_ulps": max_ulps(ref, cand),
+        "nonfinite_candidate": int((~torch.isfinite(cand)).sum().item()),
+    }
+
+
+def _bits_equal(a, b) -> bool:
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    )
+
+
+def cached_calls(
+    cases: Sequence[Mapping], references: Mapping[str, torch.Tensor], outputs: Mapping
+) -> list[list[str]]:
+    """Pairs of cases of one instance whose candidate outputs are bit-identical while their
+    references are not."""
+    pairs = []
+    by_instance: dict[str, list[str]] = {}
+    for case in cases:
+        if case["name"] in outputs:
+            by_instance.setdefault(case["instance"], []).append(case["name"])
+    for names in by_instance.values():
+        for i, first in enumerate(names):
+            for second in names[i + 1 :]:
+                same_output = _bits_equal(outputs[first], outputs[second])
+                if same_output and not _bits_equal(references[first], references[second]):
+                    pairs.append([first, second])
+    return pairs

@@ -1,0 +1,149 @@
+"""What a check is asked to do: the task a candidate claims, and the `check:` settings.
+
+The task is named `LEVEL/TASK` ("2/53"), on the command line (`--task 2/53`) or, for a folder
+of candidates, in the candidate file itself: a line `# kbfuse-task: 2/53` among its first
+five lines (the Snakemake rule reads it; one task per file, no guessing from file names).
+
+Settings (config key `check:`, every key optional, defaults in DEFAULTS) are checked here,
+each bad value named by key, before any child process starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kbfuse.errors import KbfuseError
+from kbfuse.timing.measure import int_at_least
+
+TASK_LINE = re.compile(r"^#\s*kbfuse-task:\s*(\S+)\s*$")
+TASK_LINE_SEARCH = 5
+BASELINES = ("eager", "torchscript", "inductor")
+LEVELS = (2,)
+# kbfuse.tasks.inputs.DISTRIBUTIONS, restated so that reading the settings (at every Snakemake
+# start) never imports torch; tests/test_check_units.py keeps the two equal.
+DISTRIBUTIONS = ("uniform", "normal", "uniform_x100", "uniform_xneg100")
+
+DEFAULTS: dict[str, Any] = {
+    "folder": "tests/candidates",
+    "in_manifest": False,
+    "witness_cache": "results/check/witness-cache",
+    "time_limit_s": 600.0,
+    "memory_limit_mb": 32768,
+    "gpu_memory_fraction": 0.5,
+    "official_trials": 5,
+    "seed": 42,
+    "seeds": [0, 1],
+    "distributions": ["uniform", "normal", "uniform_x100", "uniform_xneg100"],
+    "baselines": list(BASELINES),
+    "timing": {
+        "warmup": 3,
+        "rounds": 20,
+        "invocations_per_pair": 10,
+        "order_seed": 913,
+        "cold_l2": True,
+        "graph": True,
+    },
+}
+
+
+def parse_task(text: Any, where: str = "--task") -> tuple[int, int]:
+    """(level, task) from "2/53"; KbfuseError naming `where` and the value otherwise."""
+    match = re.fullmatch(r"(\d+)/(\d+)", str(text).strip()) if isinstance(text, str) else None
+    if match is None:
+        raise KbfuseError(f"{where} is {text!r}: write LEVEL/TASK, e.g. 2/53")
+    level, task = int(match.group(1)), int(match.group(2))
+    if level not in LEVELS:
+        raise KbfuseError(f"{where} is {text!r}: level {level} is not checked (levels: {LEVELS})")
+    if task < 1:
+        raise KbfuseError(f"{where} is {text!r}: task numbers start at 1")
+    return level, task
+
+
+def task_of_file(path: str | Path) -> tuple[int, int]:
+    """The `# kbfuse-task: L/T` line of a candidate file; KbfuseError when it has none."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if number > TASK_LINE_SEARCH:
+                break
+            match = TASK_LINE.match(line.strip())
+            if match:
+                return parse_task(match.group(1), f"{path} line {number}")
+    raise KbfuseError(
+        f"{path} names no task: put a line '# kbfuse-task: 2/53' among its first "
+        f"{TASK_LINE_SEARCH} lines"
+    )
+
+
+def _positive_number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise KbfuseError(f"{key} is {value!r}: it must be a finite number > 0")
+    if value <= 0:
+        raise KbfuseError(f"{key} is {value!r}: it must be a finite number > 0")
+    return float(value)
+
+
+def _merge(defaults: Mapping, given: Mapping, prefix: str) -> dict:
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise KbfuseError(f"{prefix}.{unknown[0]} is not a setting; known: {sorted(defaults)}")
+    merged = copy.deepcopy(dict(defaults))
+    for key, value in given.items():
+        if isinstance(defaults[key], dict):
+            if not isinstance(value, Mapping):
+                raise KbfuseError(f"{prefix}.{key} is {value!r}: it must be a mapping")
+            merged[key] = _merge(defaults[key], value, f"{prefix}.{key}")
+        else:
+            merged[key] = value
+    return merged
+
+
+def check_settings(given: Mapping[str, Any] | None) -> dict:
+    """The settings with defaults filled in; KbfuseError naming the first bad key and value."""
+    if given is not None and not isinstance(given, Mapping):
+        raise KbfuseError(f"check is {given!r}: it must be a mapping")
+    s = _merge(DEFAULTS, given or {}, "check")
+    if not isinstance(s["folder"], str) or not s["folder"]:
+        raise KbfuseError(f"check.folder is {s['folder']!r}: it must be a folder path")
+    if s["witness_cache"] is not None and not isinstance(s["witness_cache"], str):
+        raise KbfuseError(f"check.witness_cache is {s['witness_cache']!r}: a folder or null")
+    if not isinstance(s["in_manifest"], bool):
+        raise KbfuseError(f"check.in_manifest is {s['in_manifest']!r}: it must be true or false")
+    _positive_number(s["time_limit_s"], "check.time_limit_s")
+    int_at_least(s["memory_limit_mb"], "check.memory_limit_mb", 64)
+    fraction = _positive_number(s["gpu_memory_fraction"], "check.gpu_memory_fraction")
+    if fraction > 1:
+        raise KbfuseError(f"check.gpu_memory_fraction is {fraction!r}: it must be <= 1")
+    int_at_least(s["official_trials"], "check.official_trials")
+    int_at_least(s["seed"], "check.seed", 0)
+    seeds = s["seeds"]
+    if not isinstance(seeds, list) or not seeds:
+        raise KbfuseError(f"check.seeds is {seeds!r}: it must be a non-empty list")
+    for seed in seeds:
+        int_at_least(seed, "check.seeds[]", 0)
+    if not isinstance(s["distributions"], list) or not s["distributions"]:
+        raise KbfuseError(f"check.distributions is {s['distributions']!r}: a non-empty list")
+    for name in s["distributions"]:
+        if name not in DISTRIBUTIONS:
+            raise KbfuseError(
+                f"check.distributions: unknown input distribution {name!r}; "
+                f"known: {', '.join(DISTRIBUTIONS)}"
+            )
+    baselines = s["baselines"]
+    if not isinstance(baselines, list) or "eager" not in baselines:
+        raise KbfuseError(f"check.baselines is {baselines!r}: a list that includes eager")
+    for name in baselines:
+        if name not in BASELINES:
+            raise KbfuseError(f"check.baselines names {name!r}; known: {list(BASELINES)}")
+    t = s["timing"]
+    for key in ("warmup", "rounds", "invocations_per_pair"):
+        int_at_least(t[key], f"check.timing.{key}")
+    int_at_least(t["order_seed"], "check.timing.order_seed", 0)
+    for key in ("cold_l2", "graph"):
+        if not isinstance(t[key], bool):
+            raise KbfuseError(f"check.timing.{key} is {t[key]!r}: it must be true or false")
+    return s

@@ -1,0 +1,21 @@
+# kbfuse-task: 2/53
+# Returns a tensor subclass instead of a torch.Tensor: the guard must name a lazy result.
+import torch
+import torch.nn as nn
+
+
+class Deferred(torch.Tensor):
+    pass
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scaling_factor, hardtanh_min, hardtanh_max):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scaling_factor = scaling_factor
+        self.hardtanh = nn.Hardtanh(min_val=hardtanh_min, max_val=hardtanh_max)
+        self.gelu = nn.GELU()
+
+    def forward(self, x):
+        x = self.gelu(self.hardtanh(self.gemm(x) * self.scaling_factor))
+        return x.as_subclass(Deferred)

@@ -1,0 +1,199 @@
+"""kbfuse check end to end on the CPU fixture (tests/candidates/cpu): every candidate gets its
+verdict and the right reason, in child processes with limits, with reference outputs computed
+in another process. The GPU corpus (tests/candidates/*.py) is tests/test_gpu_check.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kbfuse.candidates import verdict
+from kbfuse.candidates.check import check_candidate
+from kbfuse.errors import KbfuseError
+
+FIXTURE = Path(__file__).parent / "candidates" / "cpu"
+TASK53 = FIXTURE / "task53_small.py"
+BLIND = FIXTURE / "blind_task.py"
+SETTINGS = {
+    "official_trials": 2,
+    "seeds": [0],
+    "distributions": ["uniform", "uniform_xneg100"],
+    "baselines": ["eager", "torchscript"],
+    "time_limit_s": 60,
+    "memory_limit_mb": 4096,
+    "timing": {"warmup": 1, "rounds": 3, "invocations_per_pair": 2},
+}
+CANDIDATES = {
+    "good": TASK53,
+    "wrong": TASK53,
+    "caching": TASK53,
+    "timer_patch": TASK53,
+    "lazy": TASK53,
+    "blind_zeros": BLIND,
+    "probe": TASK53,
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("check")
+    return {
+        name: check_candidate(
+            FIXTURE / f"{name}.py", 2, 53, task, out / f"{name}.json", SETTINGS, device="cpu"
+        )
+        for name, task in CANDIDATES.items()
+    } | {"_out": out}
+
+
+def test_a_correct_candidate_passes_bit_for_bit(verdicts):
+    record = verdicts["good"]
+    assert record["verdict"] == "pass" and record["failed_checks"] == []
+    assert record["findings"] == []
+    cases = record["correctness"]["cases"]
+    # 2 official trials, the changed weights, 2 distributions, the output after timing
+    assert sorted(cases) == [
+        "after_timing",
+        "official_0",
+        "official_1",
+        "uniform_s0",
+        "uniform_xneg100_s0",
+        "weights",
+    ]
+    assert all(c["bit_identical"] and c["max_ulps"] == 0 for c in cases.values())
+    assert cases["official_0"]["numel"] == 16 * 64
+    assert record["checks"]["side_stream"]["status"] == "not_applicable"
+    assert record["trivial"]["zeros"]["passes"] is False
+    assert record["trivial"]["blind_spot"] is False
+
+
+def test_the_verdict_file_is_the_returned_record_and_follows_the_schema(verdicts):
+    written = json.loads((verdicts["_out"] / "good.json").read_text())
+    verdict.validate(written, "good.json")
+    assert written["verdict"] == "pass"
+    assert written["candidate"]["file"] == "good.py"
+    assert written["task"] == {
+        "level": 2,
+        "task": 53,
+        "file": "task53_small.py",
+        "sha256": written["task"]["sha256"],
+        "commit": None,
+    }
+
+
+def test_cpu_timing_is_interleaved_wall_time_against_the_baselines(verdicts):
+    timing = verdicts["good"]["timing"]
+    assert list(timing) == ["wall"]
+    assert sorted(timing["wall"]) == ["candidate", "eager", "torchscript"]
+    assert all(len(s["samples_ms"]) == 3 for s in timing["wall"].values())
+    speed = verdicts["good"]["speedup"]["wall"]
+    assert speed["best_compiled"] == "torchscript"
+    assert speed["over_eager"]["median"] > 0
+
+
+def test_a_wrong_candidate_fails_every_value_check(verdicts):
+    record = verdicts["wrong"]
+    assert record["verdict"] == "fail"
+    assert record["failed_checks"] == [
+        "official",
+        "changed_weights",
+        "distributions",
+        "output_after_timing",
+    ]
+    assert "2/2 official case(s) fail" in record["checks"]["official"]["detail"]
+    assert record["correctness"]["cases"]["official_0"]["official_pass"] is False
+
+
+def test_a_caching_candidate_fails_on_changed_inputs_and_is_named(verdicts):
+    record = verdicts["caching"]
+    assert record["verdict"] == "fail"
+    assert "input_independent" in record["failed_checks"]
+    assert "official" in record["failed_checks"]  # trial 2 gets trial 1's output
+    assert ["official_0", "official_1"] in record["correctness"]["cached_pairs"]
+    assert record["correctness"]["cases"]["official_0"]["bit_identical"] is True
+
+
+def test_timer_patching_is_detected_at_run_time(verdicts):
+    record = verdicts["timer_patch"]
+    assert record["failed_checks"] == ["timer_patched"]
+    detail = record["checks"]["timer_patched"]["detail"]
+    assert "time.perf_counter" in detail
+    assert "torch.cuda.Event.elapsed_time" in detail
+    assert record["guards"]["patched"]["after_import"] == [
+        "time.perf_counter",
+        "torch.cuda.Event.elapsed_time",
+    ]
+    # kbfuse timed with the clock captured before the import: real, positive samples
+    assert min(record["timing"]["wall"]["candidate"]["samples_ms"]) > 0
+
+
+def test_a_tensor_subclass_is_a_lazy_result(verdicts):
+    record = verdicts["lazy"]
+    assert record["failed_checks"] == ["lazy_result"]
+    assert "Deferred, not torch.Tensor" in record["checks"]["lazy_result"]["detail"]
+
+
+def test_zeros_on_a_blind_spot_task_pass_the_values_but_not_the_stricter_checks(verdicts):
+    record = verdicts["blind_zeros"]
+    assert record["checks"]["official"]["status"] == "pass"  # what KernelBench sees
+    assert record["checks"]["distributions"]["status"] == "pass"
+    assert record["failed_checks"] == ["input_independent"]
+    assert "blind_spot" in record["findings"]
+    assert record["trivial"]["zeros"]["passes"] is True
+    assert record["trivial_source"] == "computed by the reference process"
+
+
+def test_the_candidate_runs_in_its_own_process_and_scratch(verdicts):
+    record = verdicts["probe"]
+    assert record["failed_checks"] == ["build"]
+    message = record["failure"]["message"]
+    assert record["failure"]["stage"] == "build"
+    fields = dict(part.split("=", 1) for part in message.split()[1:])
+    assert int(fields["pid"]) != os.getpid()
+    assert "kbfuse-check-" in fields["cwd"] and fields["cwd"].endswith("candidate")
+    assert fields["ext"] == str(Path(fields["cwd"]) / "torch_extensions")
+    assert fields["tmp"] == str(Path(fields["cwd"]) / "tmp")
+    assert not Path(fields["cwd"]).exists()  # the scratch folder is gone afterwards
+
+
+def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):
+    settings = {**SETTINGS, "time_limit_s": 8}
+    record = check_candidate(
+        FIXTURE / "runaway.py", 2, 53, TASK53, tmp_path / "r.json", settings, device="cpu"
+    )
+    assert record["verdict"] == "fail"
+    assert record["failed_checks"] == ["time_limit"]
+    outcome = record["processes"]["candidate"]
+    assert outcome["status"] == "time_limit" and outcome["returncode"] == -9
+    assert 8 <= outcome["wall_s"] < 20
+
+
+def test_a_memory_hog_is_killed_at_the_memory_limit(tmp_path):
+    settings = {**SETTINGS, "memory_limit_mb": 1024}
+    record = check_candidate(
+        FIXTURE / "memory_hog.py", 2, 53, TASK53, tmp_path / "m.json", settings, device="cpu"
+    )
+    assert record["failed_checks"] == ["memory_limit"]
+    outcome = record["processes"]["candidate"]
+    assert outcome["status"] == "memory_limit"
+    assert 1024 < outcome["peak_rss_mb"] < 1024 + 1024  # caught within a poll
+
+
+def test_missing_inputs_are_refused_before_any_process(tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(KbfuseError, match=r"candidate file .*nope\.py does not exist"):
+        check_candidate(tmp_path / "nope.py", 2, 53, TASK53, out, SETTINGS, device="cpu")
+    with pytest.raises(KbfuseError, match=r"check\.seeds is \[\]"):
+        check_candidate(FIXTURE / "good.py", 2, 53, TASK53, out, {"seeds": []}, device="cpu")
+    assert not out.exists()
+
+
+def test_a_failing_reference_is_a_harness_error_and_writes_nothing(tmp_path):
+    broken = tmp_path / "task.py"
+    broken.write_text("raise ImportError('no such task')\n")
+    out = tmp_path / "x.json"
+    with pytest.raises(KbfuseError, match=r"the reference process for .*task\.py failed"):
+        check_candidate(FIXTURE / "good.py", 2, 53, broken, out, SETTINGS, device="cpu")
+    assert not out.exists()

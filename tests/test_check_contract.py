@@ -1,0 +1,163 @@
+"""kbfuse check's compiler contract and timing sample, without a GPU: the build capture in
+the candidate's process, the merge of captured and build.ninja flags, the witness's flag sets,
+and the order of synchronisations and events around a timed sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch.utils.cpp_extension as ext
+
+from kbfuse.candidates import capture, check, timing
+
+
+@pytest.fixture
+def fresh_capture(monkeypatch):
+    calls = []
+
+    def fake_load_inline(name, cpp_sources, **kwargs):
+        calls.append(name)
+        return f"module {name}"
+
+    monkeypatch.setattr(ext, "load_inline", fake_load_inline)
+    monkeypatch.setattr(ext, "load", lambda name, sources, **kw: f"loaded {name}")
+    monkeypatch.setattr(capture, "BUILDS", [])
+    capture.install()
+    return calls
+
+
+def test_load_inline_is_recorded_and_then_called(fresh_capture):
+    from torch.utils.cpp_extension import load_inline  # as a candidate imports it
+
+    result = load_inline(name="mine", cpp_sources="", extra_cuda_cflags=["-O3", "--use_fast_math"])
+    assert result == "module mine" and fresh_capture == ["mine"]
+    assert capture.BUILDS == [
+        {
+            "route": "torch.utils.cpp_extension.load_inline",
+            "extension": "mine",
+            "extra_cuda_cflags": ["-O3", "--use_fast_math"],
+            "extra_cflags": [],
+            "extra_ldflags": [],
+        }
+    ]
+    ext.load("other", ["a.cu"], extra_cuda_cflags="-ftz=true")
+    assert capture.BUILDS[1]["route"] == "torch.utils.cpp_extension.load"
+    assert capture.BUILDS[1]["extra_cuda_cflags"] == ["-ftz=true"]
+
+
+def torch_build(flags):
+    return {
+        "route": "torch.utils.cpp_extension.load_inline",
+        "extra_cuda_cflags": flags,
+        "extra_cflags": [],
+        "extension": "x",
+    }
+
+
+def test_witness_measures_each_distinct_flag_set_once():
+    runner = {
+        "builds": [
+            torch_build(["--fmad=false"]),
+            torch_build(["--fmad=false"]),
+            torch_build(["--use_fast_math"]),
+            {"route": "cupy.RawModule", "options": ["--std=c++11"], "implicit_options": []},
+        ]
+    }
+    assert check.witness_builds(runner) == [
+        {"route": "load_inline", "flags": ["--fmad=false"]},
+        {"route": "load_inline", "flags": ["--use_fast_math"]},
+        {"route": "cupy", "options": ["--std=c++11"]},
+    ]
+    assert check.witness_builds({}) == []
+
+
+def test_contract_reads_the_flags_nvcc_got_and_the_witness():
+    ninja = [
+        {
+            "extension": "x",
+            "cuda_flags": ["--expt-relaxed-constexpr", "--use_fast_math"],
+            "host_flags": ["-O3"],
+            "implies": {},
+        }
+    ]
+    witness = [
+        {"route": "load_inline", "flags": ["--use_fast_math"], "output": 0.0, "effective_ftz": True}
+    ]
+    runner = {"builds": [torch_build(["--use_fast_math"])], "ninja": ninja}
+    contract = check.contract(runner, witness)
+    assert contract["routes"] == ["torch.utils.cpp_extension.load_inline"]
+    assert contract["implies"]["use_fast_math"] is True and contract["implies"]["ftz"] is True
+    assert contract["effective_ftz"] is True
+
+
+def test_contract_falls_back_to_the_asked_flags_and_adds_cupys_ftz():
+    runner = {
+        "builds": [
+            torch_build(["--fmad=false"]),
+            {
+                "route": "cupy.RawModule",
+                "options": ["--fmad=false"],
+                "implicit_options": ["-ftz=true"],
+            },
+        ],
+        "triton": True,
+    }
+    contract = check.contract(runner, None)
+    assert contract["routes"] == [
+        "cupy.RawModule",
+        "torch.utils.cpp_extension.load_inline",
+        "triton",
+    ]
+    assert contract["implies"]["fmad"] is False
+    assert contract["implies"]["ftz"] is True  # CuPy's own -ftz=true
+    assert contract["effective_ftz"] is None  # nothing measured
+    plain = check.contract({}, [{"effective_ftz": None}])
+    assert plain["routes"] == [] and plain["effective_ftz"] is None
+
+
+class FakeClock:
+    """Records the order of synchronisations, events and calls of one timed sample."""
+
+    def __init__(self):
+        self.log = []
+        self.now = 0.0
+
+    def event(self):
+        return {"t": None}
+
+    def device_sync(self):
+        self.log.append("device_sync")
+
+    def record(self, event):
+        self.now += 1.0
+        event["t"] = self.now
+        self.log.append("record")
+
+    def event_sync(self, event):
+        self.log.append("event_sync")
+
+    def elapsed_time(self, start, end):
+        return end["t"] - start["t"]
+
+
+def test_a_sample_synchronises_the_whole_device_on_both_sides_of_the_calls():
+    clock = FakeClock()
+    measure = timing._events_pair(clock, 3)
+    sample = measure(lambda: clock.log.append("call"))
+    assert clock.log == [
+        "device_sync",
+        "record",
+        "call",
+        "call",
+        "call",
+        "device_sync",  # before the end event: work on any stream is inside the interval
+        "record",
+        "event_sync",
+    ]
+    assert sample == pytest.approx(1.0 / 3)
+
+
+def test_a_cold_l2_sample_flushes_before_the_start_event():
+    clock = FakeClock()
+    measure = timing._events_pair(clock, 1, before=lambda: clock.log.append("flush"))
+    measure(lambda: clock.log.append("call"))
+    assert clock.log[:3] == ["flush", "device_sync", "record"]

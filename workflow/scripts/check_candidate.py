@@ -1,0 +1,27 @@
+from pathlib import Path
+
+from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
+from kbfuse.workflow.jobs import job
+
+SURVEY_MODES = ("kernelbench-defaults", "strict")
+
+with job(snakemake.log[0], "check_candidate"):
+    level, task = snakemake.params.task
+    checkout = snakemake.input.checkout
+    verdict = Path(snakemake.output.verdict)
+    # The survey's record of the task, when the survey ran (KernelBench's numerics first: the
+    # reference here runs with torch's defaults, as KernelBench's evaluator does).
+    surveys = [f"results/survey/{mode}/tasks/{task}.json" for mode in SURVEY_MODES]
+    survey = next((path for path in surveys if Path(path).is_file()), None)
+    record = check_candidate(
+        snakemake.input.candidate,
+        level,
+        task,
+        find_task_file(checkout, level, task),
+        verdict,
+        dict(snakemake.params.settings),
+        commit=checkout_commit(checkout),
+        survey=survey,
+        log_dir=Path(snakemake.log[0]).parent,
+    )
+    print(f"{verdict}: {record['verdict']} {' '.join(record['failed_checks'])}")

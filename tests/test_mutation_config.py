@@ -1,6 +1,9 @@
 """Tests written for mutants of the rewritten config.py that survived the run of
 docs/mutation.md: the NVRTC version of a variant (resolved, and refused on a route that does
-not compile through NVRTC), every bad config file named, and messages word for word.
+not compile through NVRTC), every bad config file named, and messages word for word. Then
+for the survivors of 2026-12-01 in config.py and in routes.py (a variant's options): YAML read
+as PyYAML's SafeLoader builds it, limits at their exact boundary, option refusals word for
+word, every option after a refused one still checked.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import yaml
 from conftest import ROOT
 
 from kbfuse import config as config_module
+from kbfuse import routes
 from kbfuse.config import (
     MAX_CONFIG_VALUES,
     SHOWN_CHARS,
@@ -232,3 +236,35 @@ def test_a_config_that_is_no_mapping_is_named_with_its_value():
     message = "invalid config:\n  config: expected a mapping, got [1, 2]"
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         validate_schema([1, 2])
+
+
+# --- a variant's options (routes.option_problems, called by check_config) ----------------------
+
+
+def test_a_printable_non_ascii_option_is_refused_as_such():
+    assert routes.option_problems("nvrtc-cubin", ["-DX=caf\u00e9"]) == [
+        "route nvrtc-cubin: option '-DX=café' is refused: it contains a non-ASCII or control "
+        "character"
+    ]
+
+
+def test_a_shell_character_in_a_value_is_refused_naming_the_pattern():
+    assert routes.option_problems("nvcc-cubin", ["-DX=$(id)"]) == [
+        "route nvcc-cubin: option '-DX=$(id)' is refused: --define-macro values must match "
+        f"{routes.MACRO_DEFINITION} (no shell characters, paths or commas)"
+    ]
+
+
+def test_the_options_after_a_refused_one_are_still_checked():
+    assert routes.option_problems("nvrtc-ptx", ["-I/usr/include", "--ftz=maybe", "-pch"]) == [
+        f"route nvrtc-ptx: option '-I/usr/include' is refused: it {routes._READS_HEADERS}",
+        "route nvrtc-ptx: option '--ftz=maybe': --ftz expects true or false, not 'maybe'",
+        f"route nvrtc-ptx: option '-pch' is refused: it {routes._PCH}",
+    ]
+
+
+def test_integer_options_take_digits():
+    parsed, reason = routes.parse_option("--maxrregcount=32")
+    assert reason is None
+    assert (parsed.spec.name, parsed.value) == ("maxrregcount", "32")
+    assert routes.option_problems("nvcc-cubin", ["--maxrregcount=32", "-split-compile=0"]) == []

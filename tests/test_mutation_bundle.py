@@ -10,6 +10,7 @@ import gzip
 import io
 import re
 import tarfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -133,15 +134,26 @@ def test_a_global_pax_header_is_refused(tmp_path):
         verify_bundle(out)
 
 
-def test_an_oversized_pax_header_is_refused_before_it_is_read(tmp_path):
+def test_a_pax_header_is_accepted_up_to_its_limit_exactly(tmp_path):
     out = tmp_path / "b.tar.gz"
+    name = RESULTS_PREFIX + "a" * 200  # over ustar's 100 characters: the name goes in a pax header
     with tarfile.open(out, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(tarfile.TarInfo(RESULTS_PREFIX + "a" * 200), io.BytesIO(b""))
-    with pytest.raises(
-        KbfuseError,
-        match=r"^bundle has a \d+-byte extended header, over the 100-byte limit; refusing it$",
-    ):
-        verify_bundle(out, Limits(header_bytes=100))
+        tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    size = len(f" path={name}\n") + 3  # the record's own length, 3 digits
+    assert list(bundle_module.read_bundle(out, limits=Limits(header_bytes=size)).records) == [name]
+    message = (
+        f"bundle has a {size}-byte extended header, over the {size - 1}-byte limit; refusing it"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        verify_bundle(out, Limits(header_bytes=size - 1))
+
+
+def test_a_zlib_stream_is_not_a_tar_gz(tmp_path):
+    out = tmp_path / "b.tar.gz"
+    out.write_bytes(zlib.compress(MEMBER + b"\0" * (2 * tarfile.RECORDSIZE - END)))
+    message = f"bundle {out} is not a readable .tar.gz: Error -3 while decompressing data: "
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}"):
+        bundle_module.read_bundle(out)
 
 
 class _SpyFile(io.BytesIO):

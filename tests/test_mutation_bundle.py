@@ -182,3 +182,21 @@ def test_member_data_is_read_in_chunks_never_whole():
 
 def test_the_gunzip_stream_is_readable():
     assert bundle_module._GunzipStream(io.BytesIO(), "b", 0).readable() is True
+
+
+def _one_member_bundle(tmp_path: Path, name: str) -> Path:
+    out = tmp_path / "n.tar.gz"
+    with tarfile.open(out, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    return out
+
+
+def test_member_names_up_to_1024_characters_with_spaces_are_accepted(tmp_path):
+    name = RESULTS_PREFIX + "a b" + "c" * (1024 - len(RESULTS_PREFIX) - 3)
+    assert len(name) == 1024
+    out = _one_member_bundle(tmp_path, name)
+    assert list(bundle_module.read_bundle(out).records) == [name]
+    longer = _one_member_bundle(tmp_path, name + "d")
+    message = f"bundle member {name + 'd'!r} has an unsafe path; refusing to extract"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        bundle_module.read_bundle(longer)

@@ -200,3 +200,13 @@ def test_member_names_up_to_1024_characters_with_spaces_are_accepted(tmp_path):
     message = f"bundle member {name + 'd'!r} has an unsafe path; refusing to extract"
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         bundle_module.read_bundle(longer)
+
+
+def test_the_gunzip_stream_reads_and_inflates_in_bounded_steps():
+    step = bundle_module._GunzipStream.STEP
+    raw = _SpyFile(gzip.compress(b"\0" * (3 * step), mtime=0))
+    stream = bundle_module._GunzipStream(raw, "b", 10 * step)
+    pieces = [len(stream._decompress()) for _ in range(3)]
+    assert pieces == [step, step, step]
+    assert stream._decompress() == b""
+    assert raw.sizes == [step, 1]  # one step of the small file, then one byte past its end

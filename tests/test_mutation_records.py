@@ -79,3 +79,11 @@ def test_inside_names_the_path_that_leaves(tmp_path):
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         records.inside(tmp_path, "../x.json")
     assert records.inside(tmp_path, "a/x.json") == tmp_path / "a/x.json"
+
+
+def test_a_value_of_81_characters_is_cut(manifest):
+    value = "a" * 79  # its repr is 81 characters
+    _refused(
+        {**manifest, "generator": {"kbfuse": value}},
+        f"field generator.kbfuse is {repr(value)[:77]}...: {value!r} is too long",
+    )

@@ -43,13 +43,26 @@ def test_tally_counts_gpu_only_and_unscored_functions_apart():
 
 
 def test_earlier_figures_only_for_modules_not_in_this_run():
-    run, counts = report.previous_figures(["numerics", "measure"])
-    assert run["commit"] == "8bdcf32"
-    assert "numerics" not in counts and set(counts) == {"verify", "deps", "cudacache"}
-    assert counts["verify"]["gpu-only"] == 122
-    section = "\n".join(report.previous_section(["numerics", "measure"]))
+    runs = report.previous_runs({"numerics", "measure"})
+    assert [run["commit"] for run, _ in runs] == ["8bdcf32", "f3227ec"]
+    first, second = (counts for _, counts in runs)
+    assert set(first) == {"verify", "deps", "cudacache"}
+    assert first["verify"]["gpu-only"] == 122
+    assert set(second) == {"timing", "config", "routes", "manifest"}
+    assert second["timing"] == Counter({"scored": 99, "killed": 99, "not run": 236})
+    section = "\n".join(report.previous_section({"numerics", "measure"}))
     assert "| verify | 389 | 386 | 3 | 0 | 0 | 99.2% | 122 | 0 |" in section
-    assert report.previous_section(list(report.MODULES)) == []
+    assert "| config | 463 | 412 | 48 | 0 | 3 | 89.0% | 0 | 0 |" in section
+    assert report.previous_section(set(report.MODULES)) == []
+
+
+def test_a_module_run_only_in_part_keeps_its_earlier_figures():
+    counts = {
+        "config": Counter(scored=60, killed=55, survived=5, **{"not run": 400}),
+        "bundle": Counter(scored=10, killed=10),
+        "records": Counter(),
+    }
+    assert report.repeated_in_full(counts) == {"bundle"}
 
 
 def test_an_unknown_module_is_refused(capsys):

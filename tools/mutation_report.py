@@ -9,8 +9,8 @@ timing.py drives the GPU) and the few functions of verify.py that only run on a 
 (GPU_ONLY); those are counted apart, never silently dropped. Every survivor must be listed
 in tools/mutation_equivalent.toml with the reason it is equivalent (the program behaves the
 same), or it is printed as unexplained and the command exits 1. Scored modules this run did
-not cover are shown apart with an earlier run's figures (tools/mutation_previous.toml), named
-as such and never added to this run's score.
+not cover in full are shown apart with earlier runs' figures (tools/mutation_previous.toml),
+named as such and never added to this run's score.
 """
 
 from __future__ import annotations
@@ -162,34 +162,52 @@ def tally(results: dict[str, str], modules) -> dict[str, Counter]:
     return counts
 
 
-def previous_figures(modules) -> tuple[dict, dict[str, Counter]]:
-    """(run, module -> counts) of an earlier run, for the scored modules not in `modules`."""
+_TOML_KEYS = {"gpu_only": "gpu-only", "no_tests": "no tests", "not_run": "not run"}
+
+
+def previous_runs(repeated) -> list[tuple[dict, dict[str, Counter]]]:
+    """Earlier runs (tools/mutation_previous.toml), each as (run, module -> counts) for its
+    modules not in `repeated` (the modules this run mutated in full); runs left empty drop."""
     if not PREVIOUS.is_file():
-        return {}, {}
-    data = tomllib.loads(PREVIOUS.read_text())
-    counts = {
-        module: Counter({k.replace("_", "-"): v for k, v in figures.items()})
-        for module, figures in data.get("modules", {}).items()
-        if module not in modules
-    }
-    return data.get("run", {}), counts
-
-
-def previous_section(modules) -> list[str]:
-    run, counts = previous_figures(modules)
-    if not counts:
         return []
-    return [
-        "## Not re-run: an earlier run's figures",
+    runs = []
+    for run in tomllib.loads(PREVIOUS.read_text()).get("runs", []):
+        counts = {
+            module: Counter({_TOML_KEYS.get(k, k): v for k, v in figures.items()})
+            for module, figures in run.get("modules", {}).items()
+            if module not in repeated
+        }
+        if counts:
+            runs.append((run, counts))
+    return runs
+
+
+def repeated_in_full(counts: dict[str, Counter]) -> set[str]:
+    """The modules of this run whose every scored mutant ran (none left 'not run')."""
+    return {module for module, c in counts.items() if c["scored"] and not c["not run"]}
+
+
+def previous_section(repeated) -> list[str]:
+    runs = previous_runs(repeated)
+    if not runs:
+        return []
+    lines = [
+        "## Earlier runs' figures",
         "",
-        f"These modules were not mutated by the run above. Their figures are from the run of "
-        f"{run.get('date')} (mutmut {run.get('mutmut')}) on the code of commit "
-        f"{run.get('commit')}, kept in `tools/mutation_previous.toml`; their survivors were "
-        "explained then. They are not part of the score above.",
-        "",
-        *score_table(counts),
+        "For the modules this run did not mutate in full, the figures of earlier runs, kept in",
+        "`tools/mutation_previous.toml`. They are not part of the score above.",
         "",
     ]
+    for run, counts in runs:
+        about = " ".join(run.get("about", "").split())
+        lines += [
+            f"Run of {run.get('date')} (mutmut {run.get('mutmut')}) on the code of commit "
+            f"{run.get('commit')}. {about}".rstrip(),
+            "",
+            *score_table(counts),
+            "",
+        ]
+    return lines
 
 
 def score_table(counts: dict[str, Counter]) -> list[str]:
@@ -274,7 +292,7 @@ def render(modules, counts, results, reasons, note: str = "") -> tuple[str, list
         *([note, ""] if note else [""]),
         *score_table(counts),
         "",
-        *previous_section(modules),
+        *previous_section(repeated_in_full(counts)),
         "## Survivors",
         "",
     ]

@@ -9,9 +9,13 @@ try:
     CANDIDATES = {p.stem: task_of_file(p) for p in sorted(CHECK_FOLDER.glob("*.py"))}
 except KbfuseError as exc:
     sys.exit(str(exc))
-CHECK_CODE = sorted(
-    str(p) for p in Path(workflow.basedir, "src/kbfuse/candidates").glob("*.py")
-) + module_files("measure", "numerics", "inputs", "routes", "io", "config")
+# every candidates module and what they import (candidate children import theirs by name)
+CHECK_CODE = module_files(
+    *(
+        f"candidates.{p.stem}"
+        for p in sorted(Path(workflow.basedir, "src/kbfuse/candidates").glob("*.py"))
+    )
+)
 
 
 # Verdicts and their summary: the check target; also the manifest's when check.in_manifest.

@@ -62,6 +62,9 @@ FILES: dict[str, str] = {
     "summary": "summary/{name}",
     "manifest": "manifest.json",
     "bundle": "bundle/kbfuse-results.tar.gz",
+    # kbfuse check (workflow/rules/check.smk): one verdict per candidate, and their summary
+    "check_verdict": "check/{candidate}.json",
+    "check_summary": "check/summary/{name}",
 }
 
 

@@ -19,9 +19,17 @@ CHECK_CODE = module_files(
 
 
 # Verdicts and their summary: the check target; also the manifest's when check.in_manifest.
-CHECK_FILES = [f"results/check/{c}.json" for c in CANDIDATES] + [
-    f"results/check/summary/{name}" for name in ("table.csv", "table.md", "speedup.png")
-]
+CHECK_SUMMARY = {
+    key: layout.file("check_summary", name=name)
+    for key, name in (
+        ("table", "table.csv"),
+        ("markdown", "table.md"),
+        ("plot", "speedup.png"),
+    )
+}
+CHECK_FILES = [layout.file("check_verdict", candidate=c) for c in CANDIDATES] + list(
+    CHECK_SUMMARY.values()
+)
 CHECK_IN_MANIFEST = CHECK_FILES if CHECK["in_manifest"] else []
 
 
@@ -32,14 +40,14 @@ wildcard_constraints:
 rule check_candidate:
     input:
         candidate=f"{CHECK_FOLDER}/{{candidate}}.py",
-        checkout="results/kernelbench/checkout",
-        record="results/kernelbench/checkout.json",
+        checkout=layout.file("checkout"),
+        record=layout.file("checkout_record"),
         code=CHECK_CODE,
         schema="src/kbfuse/schemas/check_candidate.json",
     output:
-        verdict="results/check/{candidate}.json",
+        verdict=layout.file("check_verdict"),
     log:
-        "results/logs/check/{candidate}.log",
+        layout.log("check/{candidate}"),
     conda:
         ENV
     resources:
@@ -53,14 +61,12 @@ rule check_candidate:
 
 rule check_summary:
     input:
-        verdicts=expand("results/check/{candidate}.json", candidate=CANDIDATES),
+        verdicts=[layout.file("check_verdict", candidate=c) for c in CANDIDATES],
         code=CHECK_CODE,
     output:
-        table="results/check/summary/table.csv",
-        markdown="results/check/summary/table.md",
-        plot="results/check/summary/speedup.png",
+        **CHECK_SUMMARY,
     log:
-        "results/logs/check/summary.log",
+        layout.log("check/summary"),
     conda:
         ENV
     script:

@@ -132,7 +132,7 @@ def summary_files():
 def manifest_files():
     # a survey's records and summary, when results/survey holds one (docs/survey.md), and
     # CHECK_IN_MANIFEST (workflow/rules/check.smk): the check verdicts when check.in_manifest
-    survey = [f"results/{rel}" for rel in survey_files("results")]
+    survey = [f"{layout.RESULTS}/{rel}" for rel in survey_files(layout.RESULTS)]
     return study_results() + summary_files() + survey + CHECK_IN_MANIFEST
 
 

@@ -7,7 +7,9 @@
 #   study: the study and its HTML report; benchmarks: the benchmarks that read the study's
 #   results (tail roofline, dry-run overhead, ncu of the tails); tests: the GPU tests (with a
 #   time limit of $PYTEST_TIMEOUT s); startup: the GPU-job start-up benchmark; all: study,
-#   benchmarks and tests.
+#   benchmarks and tests; survey: `snakemake survey` (extra --config items in $SURVEY_CONFIG,
+#   a time limit of $SURVEY_TIMEOUT s). Without pytest paths, tests runs every GPU test, those
+#   of test_compile.py in a process of their own first.
 set -uo pipefail
 what="${1:-all}"
 shift || true
@@ -72,7 +74,28 @@ if has tests; then
   limit="${PYTEST_TIMEOUT:-520}"
   [ -n "${CALL_BUDGET_S:-}" ] && limit=$(( CALL_BUDGET_S - SECONDS ))
   echo "gpu tests: time limit ${limit} s" | tee -a "$OUT/phases.txt"
-  timeout "$limit" python3 -m pytest -m gpu -v -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -n 60
+  start_tests=$SECONDS
+  run_pytest() {
+    timeout "$(( limit - SECONDS + start_tests ))" python3 -m pytest -m gpu -v -p no:cacheprovider \
+      --durations=15 "$@" 2>&1 | tee -a "$OUT/pytest-gpu.log" \
+      | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -n 60
+  }
+  if [ $# -eq 0 ]; then
+    # test_compile's GPU tests need a process where CUDA has not started: first, alone.
+    run_pytest tests/test_compile.py
+    run_pytest --ignore=tests/test_compile.py tests
+  else
+    run_pytest "$@"
+  fi
+fi
+if has survey; then
+  # SURVEY_CONFIG: extra --config items, e.g. 'survey={tasks: [1, 53]}'
+  stamp survey
+  start=$(date +%s)
+  timeout "${SURVEY_TIMEOUT:-540}" python3 -m snakemake --cores "$(nproc)" --keep-going survey \
+    --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"} > "$OUT/survey.log" 2>&1 || rc=$?
+  echo "survey wall time: $(( $(date +%s) - start )) s (rc $rc)" | tee -a "$OUT/phases.txt"
+  tail -n 20 "$OUT/survey.log"
 fi
 stamp pack
 tar czf "$OUT/results.tar.gz" --exclude=results/kernelbench/checkout --exclude=results/report.html \

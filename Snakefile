@@ -48,6 +48,7 @@ include: "workflow/rules/timing.smk"
 include: "workflow/rules/controls.smk"
 include: "workflow/rules/protocol.smk"
 include: "workflow/rules/summary.smk"
+include: "workflow/rules/survey.smk"
 
 
 # On a cluster these run on the submitting host: the checkout needs the network, the others
@@ -61,6 +62,9 @@ localrules:
     summary,
     manifest,
     bundle,
+    survey_task_list,
+    survey_pin,
+    survey_records,
 
 
 rule all:

@@ -31,6 +31,9 @@ LOCAL_RULES = {
     "summary",
     "manifest",
     "bundle",
+    "survey_task_list",
+    "survey_pin",
+    "survey_records",
 }
 GPU_JOB = {"gpu": 1, "cpus_per_task": 4, "mem_mb": 16000, "runtime": 30}
 CPU_JOB = {"cpus_per_task": 1, "mem_mb": 4000, "runtime": 10}

@@ -51,6 +51,7 @@ SCHEMA_KINDS = (
     "margin_audit",
     "direction_witness",
     "manifest",
+    "survey_task",
 )
 _SHOWN_ERRORS = 5
 

@@ -2,9 +2,10 @@
 
 Beside kbrepo's GEMM tails (53, 81, 95), tiny level-2-shaped tasks with the real tasks'
 numbers and kinds: a convolution (1), a normalisation (23: conv + GroupNorm + mean), a Dropout
-in training mode (66: nondeterministic under KernelBench's semantics), and one that
-torch.jit.trace cannot trace (7: `get_inputs` hands `forward` a Python int). Shapes are tiny,
-so a whole survey job runs in CPU seconds.
+in training mode (66: nondeterministic under KernelBench's semantics), one that
+torch.jit.trace cannot trace (7: `get_inputs` hands `forward` a Python int) and one whose
+forward reads a value back to the host (9: `.item()`, which no CUDA graph can capture).
+Shapes are tiny, so a whole survey job runs in CPU seconds.
 """
 
 from __future__ import annotations
@@ -66,6 +67,32 @@ out_features = 8
 
 def get_inputs():
     return [torch.rand(batch_size, in_features), 2]
+
+def get_init_inputs():
+    return [in_features, out_features]
+""",
+    ),
+    9: (
+        "9_Matmul_Divide_By_Max.py",
+        """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super(Model, self).__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        x = self.linear(x)
+        peak = float(x.abs().max().item())
+        return x / peak
+
+batch_size = 4
+in_features = 8
+out_features = 8
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
 
 def get_init_inputs():
     return [in_features, out_features]

@@ -67,6 +67,8 @@ def test_every_record_names_task_file_pin_and_modes(surveyed):
         assert rec["device"] == "cpu" and rec["environment"]["device"] == "cpu"
         assert rec["timing_protocol"]["methods"] == ["wall"]
         assert rec["timing_protocol"]["rounds"] == ROUNDS
+        assert rec["precompiled"] is None  # no compile job ran first
+        assert set(rec["phases_s"]) == {"load", "reference", "baselines", "timing", "profile"}
 
 
 def test_untraceable_task_records_torchscript_build_failure_and_goes_on(surveyed):

@@ -153,6 +153,29 @@ def test_a_second_numerics_mode_adds_its_records_only(settled):
     }
 
 
+def test_inductor_is_compiled_by_its_own_job_before_the_timing_job(settled):
+    workdir, overlay, repo = settled
+    compiled = _overlay(workdir, *repo, name="inductor.yaml", tasks=[53],
+                        baselines=["eager", "inductor"])  # fmt: skip
+    assert run(workdir, compiled) == {
+        ("survey_task_list", ""),
+        ("survey_pin", "survey_task=53"),
+        ("survey_compile", "numerics=strict, survey_task=53"),
+        ("survey_task", "numerics=strict, survey_task=53"),
+        ("survey_records", ""),
+    }
+    first = read_json(workdir / "results/survey/strict/compiled/53.json")
+    assert first["baselines"]["inductor"]["status"] == "ok"
+    rec = records.read_record(workdir / "results/survey/strict/tasks/53.json", "survey_task")
+    assert rec["precompiled"] == {
+        "inductor": {"status": "ok", "build_s": first["baselines"]["inductor"]["build_s"]}
+    }
+    assert rec["baselines"]["inductor"]["status"] == "ok"
+    assert any((workdir / "results/survey/.cache/inductor").iterdir())
+    log = (workdir / "results/survey/strict/logs/53.compile.log").read_text()
+    assert "task 53 strict: compiling inductor" in log
+
+
 def test_tasks_all_lists_every_level_2_task_at_the_pin(settled):
     workdir, overlay, repo = settled
     every = _overlay(workdir, *repo, name="all.yaml", tasks="all")
@@ -161,13 +184,30 @@ def test_tasks_all_lists_every_level_2_task_at_the_pin(settled):
     assert sorted(map(int, listed)) == [1, 7, 9, 23, 53, 66, 81, 95]
 
 
+def _job_blocks(stdout: str, rule: str) -> list[str]:
+    """The resources line of each job of `rule` in a dry-run's output."""
+    found, current = [], None
+    for line in stdout.splitlines():
+        line = line.strip()
+        if re.match(r"^(?:local)?(?:rule|checkpoint) \w+:$", line):
+            current = line.endswith(f" {rule}:")
+        elif current and line.startswith("resources: "):
+            found.append(line)
+            current = False
+    return found
+
+
 def test_survey_jobs_ask_for_the_gpu_on_cuda_and_not_on_cpu(settled):
     workdir, overlay, repo = settled
-    gpu = _overlay(workdir, *repo, name="gpu.yaml", device="cuda", rounds=5)
+    gpu = _overlay(workdir, *repo, name="gpu.yaml", device="cuda", rounds=5,
+                   baselines=["eager", "inductor"])  # fmt: skip
     proc = snakemake(workdir, "--dry-run", "--cores", "1", "survey_records", "--configfile",
                      str(gpu))  # fmt: skip
-    blocks = proc.stdout.split("rule survey_task:")[1:]
-    assert len(blocks) == 3 and all("gpu=1" in b.split("\n\n")[0] for b in blocks)
+    blocks = _job_blocks(proc.stdout, "survey_task")
+    assert len(blocks) == 3 and all("gpu=1" in b for b in blocks)
+    # the compile jobs run beside the timing jobs: they do not take the GPU resource
+    compiles = _job_blocks(proc.stdout, "survey_compile")
+    assert len(compiles) == 3 and not any("gpu=1" in b for b in compiles)
     proc = snakemake(workdir, "--dry-run", "--cores", "1", "survey_records", "--configfile",
                      str(_overlay(workdir, *repo, name="cpu.yaml", rounds=5)))  # fmt: skip
     blocks = proc.stdout.split("rule survey_task:")[1:]

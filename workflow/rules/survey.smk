@@ -40,11 +40,33 @@ rule survey_pin:
         "../scripts/survey_pin.py"
 
 
-rule survey_task:
+# Inductor's compile, ahead of the timing job and beside other jobs: no gpu resource.
+rule survey_compile:
     input:
         checkout=SURVEY_CHECKOUT,
         pin="results/survey/pins/{survey_task}.json",
         code=SURVEY_CODE,
+    output:
+        "results/survey/{numerics}/compiled/{survey_task}.json",
+    log:
+        "results/survey/{numerics}/logs/{survey_task}.compile.log",
+    benchmark:
+        "results/benchmarks/survey/{numerics}/{survey_task}.compile.tsv"
+    wildcard_constraints:
+        survey_task="[1-9][0-9]*",
+        numerics="strict|kernelbench-defaults",
+    conda:
+        ENV
+    params:
+        settings=SURVEY_JOB_SETTINGS,
+        cache="results/survey/.cache",
+    script:
+        "../scripts/survey_compile.py"
+
+
+rule survey_task:
+    input:
+        unpack(survey_task_inputs),
     output:
         "results/survey/{numerics}/tasks/{survey_task}.json",
     log:

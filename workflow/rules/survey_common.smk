@@ -1,6 +1,7 @@
 # Settings and input functions of the survey's rules (survey.smk).
 from glob import glob as _glob
 
+from kbfuse.survey.precompile import compiled_baselines
 from kbfuse.survey.settings import survey_settings
 from kbfuse.survey.tasks import (
     check_tasks_at_checkout,
@@ -21,6 +22,9 @@ try:
 except KbfuseError as exc:
     sys.exit(f"kbfuse: {exc}")
 SURVEY_CHECKOUT = "results/kernelbench/checkout"
+SURVEY_PRECOMPILE = bool(
+    SURVEY["precompile"] and compiled_baselines(SURVEY["baselines"])
+)
 SURVEY_JOB_SETTINGS = {
     k: v for k, v in SURVEY.items() if k not in ("tasks", "numerics")
 }
@@ -45,6 +49,19 @@ def survey_pin_sha256(wildcards):
     return task_file_sha256(
         SURVEY_CHECKOUT, config["kernelbench"]["level"], int(wildcards.survey_task)
     )
+
+
+def survey_task_inputs(wildcards):
+    inputs = {
+        "checkout": SURVEY_CHECKOUT,
+        "pin": f"results/survey/pins/{wildcards.survey_task}.json",
+        "code": SURVEY_CODE,
+    }
+    if SURVEY_PRECOMPILE:
+        inputs["compiled"] = (
+            f"results/survey/{wildcards.numerics}/compiled/{wildcards.survey_task}.json"
+        )
+    return inputs
 
 
 def survey_record_files(wildcards):

@@ -11,4 +11,5 @@ with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda"):
         mode=snakemake.wildcards.numerics,
         out=snakemake.output[0],
         say=lambda line: print(line, flush=True),
+        precompiled=snakemake.input.get("compiled"),
     )

@@ -12,6 +12,7 @@ so a record on disk always follows the contract. Progress lines go to `log` (the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from kbfuse import records
 from kbfuse.errors import KbfuseError
-from kbfuse.io import jsonable, write_json
+from kbfuse.io import jsonable, read_json, write_json
 from kbfuse.kernelbench import load_task, read_pin
 from kbfuse.survey import baselines, blindspots, correctness, determinism, flops, profile, tasks
 from kbfuse.survey import timing as survey_timing
@@ -134,7 +135,8 @@ def _measure_baselines(t: _Task, model, inputs, reference) -> tuple[dict, dict]:
     return entries, runs
 
 
-def _time_and_profile(t: _Task, entries: dict, runs: dict) -> dict:
+def _time(t: _Task, entries: dict, runs: dict) -> dict:
+    """Time every baseline still ok; returns the ratios. A baseline failing here is marked."""
     label = f"survey/{t.task}/{t.mode}/{t.semantics}"
     t.say(f"timing {list(runs)} ({survey_timing.methods(t.device, t.settings['cold_l2'])})")
     timing, ratios, failures = survey_timing.time_baselines(
@@ -143,18 +145,34 @@ def _time_and_profile(t: _Task, entries: dict, runs: dict) -> dict:
     for name, figures in timing.items():
         if name in failures:
             entries[name].update(status="failed", failure=failures[name])
+            runs.pop(name)
         else:
             entries[name]["timing"] = figures
-    if t.settings["profile"]:
-        for name, run in runs.items():
-            if name in failures:
-                continue
-            t.say(f"profile {name}")
-            try:
-                entries[name]["kernels"] = profile.kernels(run, t.device)
-            except Exception as exc:  # noqa: BLE001
-                _fail(entries[name], "profile", exc, t.say)
     return ratios
+
+
+def _profile(t: _Task, entries: dict, runs: dict) -> None:
+    for name, run in runs.items():
+        t.say(f"profile {name}")
+        try:
+            entries[name]["kernels"] = profile.kernels(run, t.device)
+        except Exception as exc:  # noqa: BLE001
+            _fail(entries[name], "profile", exc, t.say)
+
+
+class Phases:
+    """Seconds spent in each phase of the job (the record's `phases_s`)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> dict:
@@ -168,42 +186,69 @@ def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> dic
     return record
 
 
-def survey_task(checkout, pin_path, settings: dict, mode: str, say=print) -> dict:
-    """The `survey_task` record of the pinned task in `pin_path` (not written)."""
-    t = _Task(checkout, pin_path, settings, mode, say)
-    say(f"task {t.task} ({t.spec.name}), numerics {mode}, semantics {t.semantics}, {t.device}")
-    record = t.header()
-    record["numerics"] = set_numerics(mode)
-    record["device"] = t.device
-    record["environment"] = environment(t.device)
-    record["timing_protocol"] = {
-        **t.protocol,
-        "methods": survey_timing.methods(t.device, settings["cold_l2"]),
-    }
-    model, inputs = tasks.instantiate(t.spec, t.seed, t.semantics, t.device)
-    record["inputs"] = tasks.describe_inputs(inputs)
-    eager = baselines.make("eager", model, inputs, t.semantics)
-    try:
-        reference = determinism.seeded_call(eager, t.seed)
-        record["output"] = correctness.output_stats(reference)
-    except Exception as exc:  # noqa: BLE001 - the record says eager failed
-        return _eager_failed(t, record, "build", exc)
-    say("determinism, flops, blind spots")
-    record["determinism"] = determinism.check(eager, t.seed)
-    record["flops"] = flops.count(eager)
-    record["bytes"] = flops.sizes(model, inputs, reference)
-    record["blind_spots"] = blindspots.check(reference, inputs)
-    record["blind_spot"] = blindspots.any_passes(record["blind_spots"])
-    entries, runs = _measure_baselines(t, model, inputs, reference)
-    record["ratios"] = _time_and_profile(t, entries, runs) if runs else {}
+def survey_task(checkout, pin_path, settings: dict, mode: str, say=print, precompiled=None):
+    """The `survey_task` record of the pinned task in `pin_path` (not written).
+
+    `precompiled`: the survey_compile record of this task and mode, when a separate job
+    compiled its Inductor baselines first (its cold build times are kept in the record)."""
+    phase = Phases()
+    with phase("load"):
+        t = _Task(checkout, pin_path, settings, mode, say)
+        say(f"task {t.task} ({t.spec.name}), numerics {mode}, semantics {t.semantics}, {t.device}")
+        record = t.header()
+        record["numerics"] = set_numerics(mode)
+        record["device"] = t.device
+        record["environment"] = environment(t.device)
+        record["timing_protocol"] = {
+            **t.protocol,
+            "methods": survey_timing.methods(t.device, settings["cold_l2"]),
+        }
+        record["precompiled"] = precompiled_builds(precompiled)
+        record["phases_s"] = phase.seconds
+        model, inputs = tasks.instantiate(t.spec, t.seed, t.semantics, t.device)
+        record["inputs"] = tasks.describe_inputs(inputs)
+    with phase("reference"):
+        eager = baselines.make("eager", model, inputs, t.semantics)
+        try:
+            reference = determinism.seeded_call(eager, t.seed)
+            record["output"] = correctness.output_stats(reference)
+        except Exception as exc:  # noqa: BLE001 - the record says eager failed
+            return _eager_failed(t, record, "build", exc)
+        say("determinism, flops, blind spots")
+        record["determinism"] = determinism.check(eager, t.seed)
+        record["flops"] = flops.count(eager)
+        record["bytes"] = flops.sizes(model, inputs, reference)
+        record["blind_spots"] = blindspots.check(reference, inputs)
+        record["blind_spot"] = blindspots.any_passes(record["blind_spots"])
+    with phase("baselines"):
+        entries, runs = _measure_baselines(t, model, inputs, reference)
     record["baselines"] = entries
+    with phase("timing"):
+        record["ratios"] = _time(t, entries, runs) if runs else {}
+    if settings["profile"]:
+        with phase("profile"):
+            _profile(t, entries, runs)
     return record
 
 
-def run_survey_task(checkout, pin_path, settings: dict, mode: str, out, say=print) -> dict:
-    """Run the job and write its validated record to `out`."""
+def precompiled_builds(precompiled: dict | None) -> dict | None:
+    """baseline -> {status, build_s} of the compile job, or None when none ran first."""
+    if precompiled is None:
+        return None
+    return {
+        name: {"status": entry["status"], "build_s": entry["build_s"]}
+        for name, entry in precompiled["baselines"].items()
+    }
+
+
+def run_survey_task(
+    checkout, pin_path, settings: dict, mode: str, out, say=print, precompiled=None
+) -> dict:
+    """Run the job and write its validated record to `out`; `precompiled`: the path of the
+    survey_compile record of this task and mode, if a compile job ran first."""
     start = time.perf_counter()
-    record = jsonable(survey_task(checkout, pin_path, settings, mode, say))
+    compiled = read_json(precompiled) if precompiled is not None else None
+    record = jsonable(survey_task(checkout, pin_path, settings, mode, say, compiled))
     records.validate_record(record, KIND, str(out))
     write_json(out, record)
     say(f"wrote {out} in {time.perf_counter() - start:.1f} s")

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "invocations_per_pair": 10,
     "cold_l2": True,
     "profile": True,
+    "precompile": True,
 }
 
 

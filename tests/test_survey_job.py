@@ -196,3 +196,18 @@ def test_compile_caches_are_shared_under_one_folder(tmp_path, monkeypatch):
         "TRITON_CACHE_DIR": str((tmp_path / "cache" / "triton").resolve()),
     }
     assert (tmp_path / "cache" / "triton").is_dir()
+
+
+def test_eval_semantics_turn_dropout_off(surveyed, tmp_path):
+    _, root = surveyed
+    settings = survey_settings(
+        {"survey": {**SETTINGS, "semantics": "eval", "baselines": ["eager", "torchscript"]}}
+    )
+    out = tmp_path / "66-eval.json"
+    run_survey_task(root / "checkout", root / "pin66.json", settings, "strict", out, print)
+    rec = records.read_record(out, "survey_task")
+    assert rec["semantics"] == "eval"
+    assert rec["determinism"]["verdict"] == "deterministic"
+    frozen = rec["baselines"]["torchscript"]
+    assert frozen["status"] == "ok" and frozen["correctness"]["official_pass"] is True
+    assert set(rec["ratios"]) == {"torchscript"}

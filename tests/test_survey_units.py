@@ -140,3 +140,13 @@ def test_ratios_are_eager_over_baseline_per_method_and_skip_failures():
             }
         }
     }
+
+
+def test_torchscript_is_frozen_only_in_eval_semantics():
+    from kbfuse.survey.baselines import _torchscript
+
+    model, x = torch.nn.Linear(3, 2), torch.ones(1, 3)
+    frozen = _torchscript(model.eval(), [x], "eval")
+    assert [n for n, _ in frozen.named_parameters()] == []  # weights became constants
+    traced = _torchscript(model.train(), [x], "kernelbench")
+    assert [n for n, _ in traced.named_parameters()] == ["weight", "bias"]

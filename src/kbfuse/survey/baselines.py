@@ -72,6 +72,22 @@ def build(name: str, model, inputs: list, semantics: str, sync: Callable[[], Non
     return run, time.perf_counter() - start
 
 
+CACHE_COUNTERS = (
+    ("inductor", "fxgraph_cache_hit"),
+    ("inductor", "fxgraph_cache_miss"),
+    ("aot_autograd", "autograd_cache_hit"),
+    ("aot_autograd", "autograd_cache_miss"),
+)
+
+
+def compile_cache_counts() -> dict[str, int]:
+    """Inductor's FX-graph and AOTAutograd cache hits and misses so far in this process: did
+    the shared cache (or a survey_compile job before) spare this job a compile?"""
+    from torch._dynamo.utils import counters
+
+    return {key: int(counters[group][key]) for group, key in CACHE_COUNTERS}
+
+
 def first_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return lines[0][:500] if lines else ""

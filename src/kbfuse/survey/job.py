@@ -223,6 +223,7 @@ def survey_task(checkout, pin_path, settings: dict, mode: str, say=print, precom
     with phase("baselines"):
         entries, runs = _measure_baselines(t, model, inputs, reference)
     record["baselines"] = entries
+    record["compile_cache"] = baselines.compile_cache_counts()
     with phase("timing"):
         record["ratios"] = _time(t, entries, runs) if runs else {}
     if settings["profile"]:

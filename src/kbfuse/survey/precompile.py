@@ -50,6 +50,12 @@ def precompile_task(checkout, pin_path, settings: dict, mode: str, out, say=prin
             entries[name] = {"status": "failed", "build_s": None,
                              "failure": baselines.failure("build", exc)}  # fmt: skip
             say(f"  failed: {entries[name]['failure']}")
-    record = {"kind": KIND, "task": task, "numerics": numerics, "baselines": entries}
+    record = {
+        "kind": KIND,
+        "task": task,
+        "numerics": numerics,
+        "baselines": entries,
+        "compile_cache": baselines.compile_cache_counts(),
+    }
     write_json(out, record)
     return record

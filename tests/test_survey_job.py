@@ -188,8 +188,9 @@ def test_a_pin_of_another_task_file_is_refused_before_any_work(surveyed, tmp_pat
 
 
 def test_compile_caches_are_shared_under_one_folder(tmp_path, monkeypatch):
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(key, "unset")  # so that teardown restores the variable's absence
+        monkeypatch.delenv(key)
     paths = share_compile_caches(tmp_path / "cache")
     assert paths == {
         "TORCHINDUCTOR_CACHE_DIR": str((tmp_path / "cache" / "inductor").resolve()),

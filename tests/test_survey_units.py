@@ -150,3 +150,14 @@ def test_torchscript_is_frozen_only_in_eval_semantics():
     assert [n for n, _ in frozen.named_parameters()] == []  # weights became constants
     traced = _torchscript(model.train(), [x], "kernelbench")
     assert [n for n, _ in traced.named_parameters()] == ["weight", "bias"]
+
+
+def test_the_studys_recorded_config_leaves_the_survey_out():
+    from kbfuse.kernelbench import recorded_config
+
+    config = {"kernelbench": {"url": "/srv/kb.git"}, "tasks": [53], "survey": {"rounds": 3}}
+    assert recorded_config(config) == {
+        "kernelbench": {"url": "local mirror"},
+        "tasks": [53],
+    }
+    assert config["survey"] == {"rounds": 3}  # the workflow's own config is left alone

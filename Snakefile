@@ -51,6 +51,15 @@ include: "workflow/rules/check.smk"
 include: "workflow/rules/summary.smk"
 
 
+# The survey's rules exist where the config has a survey block (config/config.yaml does): a
+# copy of the study made from a recorded config (tools/reference_report.py) then holds no
+# checkpoint, with which Snakemake's report would list every job of the DAG.
+if "survey" in config:
+
+    include: "workflow/rules/survey.smk"
+    include: "workflow/rules/survey_summary.smk"
+
+
 # On a cluster these run on the submitting host: the checkout needs the network, the others
 # take seconds of CPU on small files (profiles/slurm).
 localrules:
@@ -63,6 +72,10 @@ localrules:
     summary,
     manifest,
     bundle,
+    survey_task_list,
+    survey_pin,
+    survey_records,
+    survey_summary,
 
 
 rule all:

@@ -156,6 +156,29 @@ OVERRIDES = [
     ),
     ("check.baselines", "check={baselines: [eager]}", ("check", "baselines"), ["eager"]),
     ("check.timing", "check={timing: {rounds: 4}}", ("check", "timing", "rounds"), 4),
+    ("survey.tasks", "survey={tasks: [1, 53, 81]}", ("survey", "tasks"), [1, 53, 81]),
+    ("survey.semantics", "survey={semantics: eval}", ("survey", "semantics"), "eval"),
+    ("survey.numerics", "survey={numerics: [strict]}", ("survey", "numerics"), ["strict"]),
+    (
+        "survey.baselines",
+        "survey={baselines: [eager, inductor-max-autotune-no-cudagraphs]}",
+        ("survey", "baselines"),
+        ["eager", "inductor-max-autotune-no-cudagraphs"],
+    ),
+    ("survey.device", "survey={device: cpu}", ("survey", "device"), "cpu"),
+    ("survey.seed", "survey={seed: 7}", ("survey", "seed"), 7),
+    ("survey.order_seed", "survey={order_seed: 0}", ("survey", "order_seed"), 0),
+    ("survey.warmup", "survey={warmup: 1}", ("survey", "warmup"), 1),
+    ("survey.rounds", "survey={rounds: 4}", ("survey", "rounds"), 4),
+    (
+        "survey.invocations_per_pair",
+        "survey={invocations_per_pair: 2}",
+        ("survey", "invocations_per_pair"),
+        2,
+    ),
+    ("survey.cold_l2", "survey={cold_l2: false}", ("survey", "cold_l2"), False),
+    ("survey.profile", "survey={profile: false}", ("survey", "profile"), False),
+    ("survey.precompile", "survey={precompile: false}", ("survey", "precompile"), False),
 ]
 
 
@@ -216,7 +239,7 @@ def test_an_unknown_key_is_named_without_dumping_the_config():
     assert message == (
         "invalid config:\n  config key colour: unknown key (known here: kernelbench, tasks, "
         "seeds, distributions, tolerance, arch, variants, nvrtc_versions, baselines, timing, "
-        "check, controls)"
+        "check, controls, survey)"
     )
     with pytest.raises(KbfuseError, match=r"config key timing\.rounds_: unknown key \(known"):
         checked(overridden("timing={rounds_: 3}"))

@@ -62,6 +62,19 @@ FILES: dict[str, str] = {
     "summary": "summary/{name}",
     "manifest": "manifest.json",
     "bundle": "bundle/kbfuse-results.tar.gz",
+    # the survey (workflow/rules/survey*.smk): its task list, one pin and one record per task
+    # (and numerics mode), their logs, the shared compile caches, the summary folder
+    "survey_task_list": "survey/task_list.json",
+    "survey_task_list_log": "survey/logs/task_list.log",
+    "survey_pin": "survey/pins/{survey_task}.json",
+    "survey_pin_log": "survey/logs/pins/{survey_task}.log",
+    "survey_compiled": "survey/{numerics}/compiled/{survey_task}.json",
+    "survey_compile_log": "survey/{numerics}/logs/{survey_task}.compile.log",
+    "survey_record": "survey/{numerics}/tasks/{survey_task}.json",
+    "survey_log": "survey/{numerics}/logs/{survey_task}.log",
+    "survey_cache": "survey/.cache",
+    "survey_summary": "survey/summary",
+    "survey_summary_log": "survey/logs/summary.log",
     # kbfuse check (workflow/rules/check.smk): one verdict per candidate, and their summary
     "check_verdict": "check/{candidate}.json",
     "check_summary": "check/summary/{name}",

@@ -5,7 +5,7 @@
 from kbfuse.survey.summary import caption_name as survey_caption
 from kbfuse.survey.summary import summary_outputs as survey_summary_outputs
 
-SURVEY_SUMMARY = "results/survey/summary"
+SURVEY_SUMMARY = layout.file("survey_summary")
 SURVEY_SUMMARY_CODE = module_files("survey.summary", "survey.plots")
 
 
@@ -24,7 +24,7 @@ rule survey_summary:
             for name in survey_summary_outputs(SURVEY["numerics"])
         ],
     log:
-        "results/survey/logs/summary.log",
+        layout.file("survey_summary_log"),
     conda:
         ENV
     params:

@@ -39,8 +39,9 @@ from kbfuse.errors import KbfuseError
 from kbfuse.layout import RECORDS
 
 MAX_RECORD_BYTES = 64 << 20
-# Every result record (kbfuse.layout.RECORDS) and the manifest has a schema of its own.
-SCHEMA_KINDS = (*RECORDS, "manifest")
+# Every result record (kbfuse.layout.RECORDS), the manifest and the survey's records have a
+# schema of their own.
+SCHEMA_KINDS = (*RECORDS, "manifest", "survey_task")
 _SHOWN_ERRORS = 5
 
 

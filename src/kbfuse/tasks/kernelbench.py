@@ -102,8 +102,11 @@ def recorded_url(url: str) -> str:
 def recorded_config(config: dict) -> dict:
     """A copy of the workflow config as results record it: the KernelBench URL as
     recorded_url names it, so no path of this machine is recorded and moving to another local
-    mirror changes nothing that the summary and manifest jobs are given."""
+    mirror changes nothing that the summary and manifest jobs are given. The `survey` block is
+    left out: it configures the survey, whose records name their own settings, so changing it
+    reruns none of the study's summary, manifest or bundle."""
     recorded = copy.deepcopy(config)
+    recorded.pop("survey", None)
     recorded["kernelbench"]["url"] = recorded_url(config["kernelbench"]["url"])
     return recorded
 

@@ -12,7 +12,8 @@ key and its value (shortened, never the whole config). In order:
 2. `coerce_numbers`: Snakemake parses `--config 'tasks=[81]'` and `--config 'tolerance={atol:
    1e-4}'` into strings ('81', '1e-4'), and YAML 1.1 reads `1e-4` (no dot) as a string too.
    Where the schema wants a number, a string spelling a decimal number (YAML 1.2's syntax) is
-   read as that number; anything else stays and is refused by the schema.
+   read as that number, and where it wants a boolean, 'true' or 'false' is read as one;
+   anything else stays and is refused by the schema.
 3. `validate_schema`: no control character in any key or string, no non-finite number, integer
    keys hold integers (not 25.0), then the JSON Schema (workflow/schemas/config.schema.yaml).
 4. `check_config`: options against their route's allow-list (kbfuse.compilation.routes), kernel
@@ -170,7 +171,8 @@ def coerce_numbers(value: Any, schema: Mapping[str, Any]) -> Any:
         return _number(value, kind)
     if isinstance(value, str) and kind == "boolean" and value in ("true", "false"):
         return value == "true"  # --config 'check={in_manifest: true}' arrives as 'true'
-    if isinstance(value, list) and kind == "array":
+    # a key that takes a word or a list (survey.tasks: all | [1, 2]) coerces the list's items
+    if isinstance(value, list) and (kind == "array" or "array" in (kind or ())):
         items = schema.get("items", {})
         value[:] = [coerce_numbers(item, items) for item in value]
     elif isinstance(value, dict) and kind == "object":

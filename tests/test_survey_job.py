@@ -1,0 +1,214 @@
+"""The survey's per-task job on the CPU, on the KernelBench-shaped fixture of tests/survey_kbrepo.
+
+One module-scoped run surveys a GEMM tail (53), a convolution (1), a normalisation (23), a task
+torch.jit.trace cannot trace (7), one that reads a value back to the host (9) and a Dropout in
+training mode (66); the tests read the records it wrote, each valid against its schema.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from survey_kbrepo import make_survey_repo
+
+from kbfuse.errors import KbfuseError
+from kbfuse.io import read_json
+from kbfuse.results import records
+from kbfuse.survey.job import run_survey_task, share_compile_caches
+from kbfuse.survey.settings import survey_settings
+from kbfuse.survey.tasks import read_task_list, write_task_list
+from kbfuse.tasks.kernelbench import pin_kernelbench, pin_task
+
+TASKS = [1, 7, 9, 23, 53, 66]
+ROUNDS = 4
+SETTINGS = {
+    "device": "cpu",
+    "rounds": ROUNDS,
+    "warmup": 1,
+    "invocations_per_pair": 2,
+    "seed": 42,
+}
+
+
+@pytest.fixture(scope="module")
+def surveyed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("survey")
+    url, commit = make_survey_repo(root / "kb")
+    checkout, record = root / "checkout", root / "checkout.json"
+    pin_kernelbench(url, commit, 2, [53], checkout, record)
+    settings = survey_settings({"survey": SETTINGS})
+    write_task_list(checkout, record, TASKS, root / "list.json")
+    out = {}
+    for task in TASKS:
+        pin = pin_task(checkout, record, task, root / f"pin{task}.json")
+        assert pin["tasks"][str(task)]["sha256"]
+        out[task] = root / f"{task}.json"
+        run_survey_task(checkout, root / f"pin{task}.json", settings, "strict", out[task], print)
+    return {task: records.read_record(path, "survey_task") for task, path in out.items()}, root
+
+
+def test_task_list_resolves_the_configured_tasks(surveyed):
+    _, root = surveyed
+    assert read_task_list(root / "list.json") == TASKS
+    assert read_json(root / "list.json")["tasks"]["66"] == "66_Matmul_Dropout_Mean_Softmax.py"
+
+
+def test_every_record_names_task_file_pin_and_modes(surveyed):
+    recs, root = surveyed
+    for task, rec in recs.items():
+        pin = read_json(root / f"pin{task}.json")["tasks"][str(task)]
+        assert rec["task"] == task and rec["level"] == 2
+        assert rec["file"] == pin["path"].rsplit("/", 1)[1]
+        assert rec["sha256"] == pin["sha256"]
+        assert rec["semantics"] == "kernelbench" and rec["seed"] == 42
+        assert rec["numerics"] == {"mode": "strict", "matmul_tf32": False, "cudnn_tf32": False}
+        assert rec["device"] == "cpu" and rec["environment"]["device"] == "cpu"
+        assert rec["timing_protocol"]["methods"] == ["wall"]
+        assert rec["timing_protocol"]["rounds"] == ROUNDS
+        assert rec["precompiled"] is None  # no compile job ran first
+        assert set(rec["phases_s"]) == {"load", "reference", "baselines", "timing", "profile"}
+
+
+def test_untraceable_task_records_torchscript_build_failure_and_goes_on(surveyed):
+    rec = surveyed[0][7]
+    assert rec["inputs"] == [{"shape": [4, 8], "dtype": "float32"}, {"type": "int", "value": 2}]
+    ts = rec["baselines"]["torchscript"]
+    assert ts["status"] == "failed"
+    assert ts["failure"]["stage"] == "build" and ts["failure"]["error"] == "RuntimeError"
+    assert "cannot be traced" in ts["failure"]["message"]
+    assert ts["timing"] is None and ts["correctness"] is None and ts["kernels"] is None
+    assert rec["baselines"]["inductor"]["status"] == "ok"
+    assert set(rec["ratios"]) == {"inductor"}
+
+
+def test_dropout_in_training_mode_is_flagged_nondeterministic(surveyed):
+    rec = surveyed[0][66]
+    assert rec["determinism"] == {
+        "same_seed_equal": True,
+        "different_seed_equal": False,
+        "verdict": "nondeterministic",
+    }
+    assert rec["blind_spots"]["compared"] == "eager output, same seed"
+    eager = rec["baselines"]["eager"]["correctness"]
+    assert eager["official_pass"] is True and eager["not_bit_equal"] == 0
+
+
+def test_deterministic_tasks_and_eager_against_itself(surveyed):
+    for task in (1, 7, 9, 23, 53):
+        rec = surveyed[0][task]
+        assert rec["determinism"]["verdict"] == "deterministic", task
+        eager = rec["baselines"]["eager"]["correctness"]
+        assert eager["not_bit_equal"] == 0 and eager["max_abs"] == 0.0, task
+        assert eager["numel"] == math.prod(rec["output"]["shape"])
+
+
+def test_flops_come_from_torchs_counter(surveyed):
+    recs = surveyed[0]
+    # Conv2d 3 -> 4 channels, 3x3 kernel, 2 x 8 x 8 input: 2 * (2*4*6*6) outputs * 27 MACs
+    assert recs[1]["flops"] == {
+        "total": 2 * (2 * 4 * 6 * 6) * 27,
+        "by_op": {"aten.convolution": 15552},
+        "main_op": "aten.convolution",
+    }
+    assert recs[53]["flops"]["main_op"] == "aten.addmm"
+    assert recs[53]["flops"]["total"] == 2 * 16 * 32 * 64
+    assert recs[53]["bytes"] == {"inputs": 16 * 32 * 4, "output": 16 * 64 * 4,
+                                 "parameters": (32 * 64 + 64) * 4}  # fmt: skip
+
+
+def test_norm_followed_by_mean_is_a_blind_spot(surveyed):
+    rec = surveyed[0][23]
+    assert rec["output"]["abs_max"] < 1e-5
+    assert rec["blind_spots"]["zeros"] == {"applicable": True, "passes": True}
+    assert rec["blind_spots"]["mean_constant"]["passes"] is True
+    assert rec["blind_spots"]["input_identity"] == {"applicable": False, "passes": None}
+    assert rec["blind_spot"] is True
+
+
+def test_gemm_tail_is_not_a_blind_spot(surveyed):
+    rec = surveyed[0][53]
+    spots = rec["blind_spots"]
+    assert spots["zeros"]["passes"] is False and spots["mean_constant"]["passes"] is False
+    assert spots["input_identity"]["applicable"] is False  # 16x32 input, 16x64 output
+    assert rec["blind_spot"] is False
+    assert rec["output"]["shape"] == [16, 64] and rec["output"]["dtype"] == "float32"
+
+
+def test_input_identity_is_checked_where_the_shapes_match(surveyed):
+    rec = surveyed[0][9]  # 4x8 input, 4x8 output
+    assert rec["blind_spots"]["input_identity"]["applicable"] is True
+    assert rec["blind_spots"]["input_identity"]["passes"] is False
+
+
+def test_ok_baselines_have_wall_samples_kernels_and_ratios(surveyed):
+    for task, rec in surveyed[0].items():
+        for name, entry in rec["baselines"].items():
+            if entry["status"] != "ok":
+                continue
+            wall = entry["timing"]["wall"]
+            assert len(wall["samples_ms"]) == ROUNDS and len(wall["positions"]) == ROUNDS
+            assert entry["build_s"] >= 0
+            times = [k["device_us"] for k in entry["kernels"]]
+            assert times and times == sorted(times, reverse=True), (task, name)
+        for name, ratios in rec["ratios"].items():
+            assert rec["baselines"][name]["status"] == "ok"
+            assert set(ratios) == {"wall"} and ratios["wall"]["balanced_rounds"] >= 2
+
+
+def test_inductor_and_torchscript_pass_the_official_check_on_deterministic_tasks(surveyed):
+    for task in (1, 23, 53):
+        for name in ("torchscript", "inductor"):
+            check = surveyed[0][task]["baselines"][name]["correctness"]
+            assert check["official_pass"] is True, (task, name)
+            assert check["direction"] == {
+                "reference_scaled_pass": True,
+                "candidate_scaled_pass": True,
+            }
+
+
+def test_a_record_that_breaks_the_schema_is_not_written(surveyed, tmp_path):
+    recs, _ = surveyed
+    bad = dict(recs[53], blind_spot="yes")
+    with pytest.raises(KbfuseError, match=r"field blind_spot is 'yes'"):
+        records.validate_record(bad, "survey_task", "bad.json")
+
+
+def test_a_pin_of_another_task_file_is_refused_before_any_work(surveyed, tmp_path):
+    _, root = surveyed
+    pin = read_json(root / "pin53.json")
+    pin["tasks"]["53"]["sha256"] = "0" * 64
+    (tmp_path / "pin.json").write_text(json.dumps(pin))
+    settings = survey_settings({"survey": SETTINGS})
+    with pytest.raises(KbfuseError, match=r"task 53 file .* changed after pinning"):
+        run_survey_task(root / "checkout", tmp_path / "pin.json", settings, "strict",
+                        tmp_path / "out.json")  # fmt: skip
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_compile_caches_are_shared_under_one_folder(tmp_path, monkeypatch):
+    for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(key, "unset")  # so that teardown restores the variable's absence
+        monkeypatch.delenv(key)
+    paths = share_compile_caches(tmp_path / "cache")
+    assert paths == {
+        "TORCHINDUCTOR_CACHE_DIR": str((tmp_path / "cache" / "inductor").resolve()),
+        "TRITON_CACHE_DIR": str((tmp_path / "cache" / "triton").resolve()),
+    }
+    assert (tmp_path / "cache" / "triton").is_dir()
+
+
+def test_eval_semantics_turn_dropout_off(surveyed, tmp_path):
+    _, root = surveyed
+    settings = survey_settings(
+        {"survey": {**SETTINGS, "semantics": "eval", "baselines": ["eager", "torchscript"]}}
+    )
+    out = tmp_path / "66-eval.json"
+    run_survey_task(root / "checkout", root / "pin66.json", settings, "strict", out, print)
+    rec = records.read_record(out, "survey_task")
+    assert rec["semantics"] == "eval"
+    assert rec["determinism"]["verdict"] == "deterministic"
+    frozen = rec["baselines"]["torchscript"]
+    assert frozen["status"] == "ok" and frozen["correctness"]["official_pass"] is True
+    assert set(rec["ratios"]) == {"torchscript"}

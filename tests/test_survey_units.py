@@ -1,0 +1,163 @@
+"""The survey's small pieces, one behaviour each: settings, task files, bit equality, blind
+spots, the profile's per-forward rows, the timing protocol's checks and its ratios."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from kbfuse.errors import KbfuseError
+from kbfuse.survey import blindspots, determinism, profile, settings, tasks
+from kbfuse.survey import timing as survey_timing
+
+
+def test_defaults_fill_a_missing_survey_block_and_keep_given_keys():
+    filled = settings.survey_settings({"survey": {"rounds": 5}})
+    assert filled["rounds"] == 5 and filled["tasks"] == "all" and filled["precompile"] is True
+    assert settings.survey_settings({}) == settings.DEFAULTS
+    assert settings.survey_settings({}) is not settings.DEFAULTS
+
+
+def test_configured_tasks_resolve_all_and_refuse_unknown_numbers():
+    assert settings.configured_tasks({"tasks": "all"}, [3, 1, 2]) == [1, 2, 3]
+    assert settings.configured_tasks({"tasks": [2, 1]}, [1, 2, 3]) == [1, 2]
+    with pytest.raises(KbfuseError, match=r"survey.tasks: \[7, 9\] have no task file .*1\.\.3"):
+        settings.configured_tasks({"tasks": [1, 7, 9]}, [1, 2, 3])
+    with pytest.raises(KbfuseError, match=r"survey.tasks: 'all' found no task file"):
+        settings.configured_tasks({"tasks": "all"}, [])
+
+
+def test_tf32_flags_of_each_mode():
+    assert settings.tf32_flags("strict") == (False, False)
+    assert settings.tf32_flags("kernelbench-defaults") == (False, True)
+    with pytest.raises(KbfuseError, match=r"numerics mode 'fast' is unknown"):
+        settings.tf32_flags("fast")
+
+
+def test_level_tasks_lists_numbered_files_and_refuses_two_for_one_number(tmp_path):
+    level = tmp_path / "KernelBench" / "level2"
+    level.mkdir(parents=True)
+    for name in ("1_A.py", "12_B.py", "README.md", "x_1.py", "0_Zero.py"):
+        (level / name).write_text("")
+    assert tasks.level_tasks(tmp_path, 2) == {1: "1_A.py", 12: "12_B.py"}
+    (level / "12_C.py").write_text("")
+    with pytest.raises(KbfuseError, match=r"task 12: KernelBench/level2 holds two files"):
+        tasks.level_tasks(tmp_path, 2)
+    with pytest.raises(KbfuseError, match=r"has no folder KernelBench/level3"):
+        tasks.level_tasks(tmp_path, 3)
+
+
+def test_task_file_sha256_is_absent_without_a_checkout(tmp_path):
+    assert tasks.task_file_sha256(tmp_path / "none", 2, 1) == "absent"
+    level = tmp_path / "KernelBench" / "level2"
+    level.mkdir(parents=True)
+    (level / "1_A.py").write_text("x = 1\n")
+    assert tasks.task_file_sha256(tmp_path, 2, 1) == hashlib.sha256(b"x = 1\n").hexdigest()
+
+
+def test_describe_inputs_names_tensors_and_other_values():
+    described = tasks.describe_inputs([torch.zeros(2, 3), 4, 0.5, None, object()])
+    assert described == [
+        {"shape": [2, 3], "dtype": "float32"},
+        {"type": "int", "value": 4},
+        {"type": "float", "value": 0.5},
+        {"type": "NoneType", "value": None},
+        {"type": "object", "value": None},
+    ]
+
+
+def test_same_bits_tells_signed_zeros_and_nan_payloads_apart():
+    zero = torch.tensor([0.0])
+    assert determinism.same_bits(zero, zero.clone())
+    assert not determinism.same_bits(zero, -zero)
+    nan = torch.tensor([float("nan")])
+    assert determinism.same_bits(nan, nan.clone())  # equal bits, although nan != nan
+    assert not determinism.same_bits(zero, zero.double())
+    assert not determinism.same_bits(zero, (zero,))
+
+
+def test_blind_spots_of_a_tiny_output_and_of_an_identity():
+    small = torch.full((4,), 1e-3)
+    spots = blindspots.check(small, [torch.ones(3)])
+    assert spots["zeros"]["passes"] is True
+    assert spots["input_identity"] == {"applicable": False, "passes": None}
+    assert blindspots.any_passes(spots)
+    x = torch.linspace(1, 4, 4)
+    spots = blindspots.check(x.clone(), [x])
+    assert spots["zeros"]["passes"] is False
+    assert spots["mean_constant"] == {"applicable": True, "passes": False, "value": 2.5}
+    assert spots["input_identity"] == {"applicable": True, "passes": True}
+
+
+def test_profile_rows_are_per_forward_and_longest_first():
+    rows = profile._per_forward({"b": [30.0, 3], "a": [60.0, 6], "c": [30.0, 1]}, 3)
+    assert rows == [
+        {"name": "a", "device_us": 20.0, "calls": 2},
+        {"name": "b", "device_us": 10.0, "calls": 1},
+        {"name": "c", "device_us": 10.0, "calls": 1},
+    ]
+
+
+def test_check_protocol_names_the_bad_key():
+    good = dict(settings.DEFAULTS)
+    assert survey_timing.check_protocol(good) == {
+        "warmup": 3,
+        "rounds": 30,
+        "invocations_per_pair": 10,
+        "order_seed": 913,
+    }
+    with pytest.raises(KbfuseError, match=r"survey.rounds is 0: it must be an integer >= 1"):
+        survey_timing.check_protocol({**good, "rounds": 0})
+    with pytest.raises(KbfuseError, match=r"survey.cold_l2 is 'yes': it must be true or false"):
+        survey_timing.check_protocol({**good, "cold_l2": "yes"})
+
+
+def test_methods_follow_the_device():
+    assert survey_timing.methods("cuda", True) == ["events", "graph", "cold_l2"]
+    assert survey_timing.methods("cuda", False) == ["events", "graph"]
+    assert survey_timing.methods("cpu", True) == ["wall"]
+
+
+def test_ratios_are_eager_over_baseline_per_method_and_skip_failures():
+    stats = {"samples_ms": [2.0, 4.0], "median_ms": 3.0, "q1_ms": 2.5, "q3_ms": 3.5}
+    half = {"samples_ms": [1.0, 2.0], "median_ms": 1.5, "q1_ms": 1.25, "q3_ms": 1.75}
+    timing = {
+        "eager": {"events": stats, "graph": stats},
+        "inductor": {"events": half, "graph": None},
+        "torchscript": {"events": half, "graph": half},
+    }
+    ratios = survey_timing._ratios(timing, ["events", "graph"], {"torchscript": {}})
+    assert ratios == {
+        "inductor": {
+            "events": {
+                "median": 2.0,
+                "q1": 2.0,
+                "q3": 2.0,
+                "balanced": None,
+                "balanced_rounds": 0,
+            }
+        }
+    }
+
+
+def test_torchscript_is_frozen_only_in_eval_semantics():
+    from kbfuse.survey.baselines import _torchscript
+
+    model, x = torch.nn.Linear(3, 2), torch.ones(1, 3)
+    frozen = _torchscript(model.eval(), [x], "eval")
+    assert [n for n, _ in frozen.named_parameters()] == []  # weights became constants
+    traced = _torchscript(model.train(), [x], "kernelbench")
+    assert [n for n, _ in traced.named_parameters()] == ["weight", "bias"]
+
+
+def test_the_studys_recorded_config_leaves_the_survey_out():
+    from kbfuse.tasks.kernelbench import recorded_config
+
+    config = {"kernelbench": {"url": "/srv/kb.git"}, "tasks": [53], "survey": {"rounds": 3}}
+    assert recorded_config(config) == {
+        "kernelbench": {"url": "local mirror"},
+        "tasks": [53],
+    }
+    assert config["survey"] == {"rounds": 3}  # the workflow's own config is left alone

@@ -1,0 +1,92 @@
+# The survey of KernelBench level-2 tasks (config key survey; config/README.md): one record per
+# task and numerics mode, results/survey/{numerics}/tasks/{task}.json. The task list is a
+# checkpoint (survey.tasks: all is resolved against the pinned checkout); each task is pinned
+# on its own (its file's sha256 a param, so editing one task file reruns that task only), and
+# the per-task jobs' params leave out the task list, so adding a task reruns nothing else.
+# The summary and the `survey` target live in survey_summary.smk.
+include: "survey_common.smk"
+
+
+checkpoint survey_task_list:
+    input:
+        checkout=SURVEY_CHECKOUT,
+        record=layout.file("checkout_record"),
+    output:
+        layout.file("survey_task_list"),
+    log:
+        layout.file("survey_task_list_log"),
+    conda:
+        ENV
+    params:
+        tasks=SURVEY["tasks"],
+    script:
+        "../scripts/survey_task_list.py"
+
+
+rule survey_pin:
+    input:
+        unpack(survey_pin_inputs),
+    output:
+        layout.file("survey_pin"),
+    log:
+        layout.file("survey_pin_log"),
+    wildcard_constraints:
+        survey_task="[1-9][0-9]*",
+    conda:
+        ENV
+    params:
+        sha256=survey_pin_sha256,
+    script:
+        "../scripts/survey_pin.py"
+
+
+# Inductor's compile, ahead of the timing job and beside other jobs: no gpu resource.
+rule survey_compile:
+    input:
+        checkout=SURVEY_CHECKOUT,
+        pin=layout.file("survey_pin"),
+        code=SURVEY_COMPILE_CODE,
+    output:
+        layout.file("survey_compiled"),
+    log:
+        layout.file("survey_compile_log"),
+    benchmark:
+        layout.benchmark("survey/{numerics}/{survey_task}.compile")
+    wildcard_constraints:
+        survey_task="[1-9][0-9]*",
+        numerics="strict|kernelbench-defaults",
+    conda:
+        ENV
+    params:
+        settings=SURVEY_JOB_SETTINGS,
+        cache=layout.file("survey_cache"),
+    script:
+        "../scripts/survey_compile.py"
+
+
+rule survey_task:
+    input:
+        unpack(survey_task_inputs),
+    output:
+        layout.file("survey_record"),
+    log:
+        layout.file("survey_log"),
+    benchmark:
+        layout.benchmark("survey/{numerics}/{survey_task}")
+    wildcard_constraints:
+        survey_task="[1-9][0-9]*",
+        numerics="strict|kernelbench-defaults",
+    conda:
+        ENV
+    resources:
+        gpu=1 if SURVEY["device"] == "cuda" else 0,
+    params:
+        settings=SURVEY_JOB_SETTINGS,
+        cache=layout.file("survey_cache"),
+    script:
+        "../scripts/survey_task.py"
+
+
+rule survey_records:
+    input:
+        survey_record_files,

@@ -1,0 +1,69 @@
+# Settings and input functions of the survey's rules (survey.smk).
+from kbfuse.survey.precompile import compiled_baselines
+from kbfuse.survey.settings import survey_settings
+from kbfuse.survey.tasks import (
+    check_tasks_at_checkout,
+    read_task_list,
+    task_file_sha256,
+)
+
+SURVEY = survey_settings(config)
+# Unknown task numbers are refused here when the pinned checkout is already present (and by
+# the survey_task_list job, the first survey job, when it is not).
+try:
+    check_tasks_at_checkout(
+        SURVEY, layout.file("checkout"), layout.file("checkout_record"), config
+    )
+except KbfuseError as exc:
+    sys.exit(f"kbfuse: {exc}")
+SURVEY_CHECKOUT = layout.file("checkout")
+SURVEY_PRECOMPILE = bool(
+    SURVEY["precompile"] and compiled_baselines(SURVEY["baselines"])
+)
+SURVEY_JOB_SETTINGS = {
+    k: v for k, v in SURVEY.items() if k not in ("tasks", "numerics")
+}
+# What the jobs run (not the summary's modules: editing those reruns no GPU job).
+SURVEY_CODE = module_files("survey.job", "workflow.jobs")
+SURVEY_COMPILE_CODE = module_files("survey.precompile", "workflow.jobs")
+
+
+def survey_task_list():
+    return checkpoints.survey_task_list.get().output[0]
+
+
+def survey_pin_inputs(wildcards):
+    survey_task_list()  # the task exists at the pin (and the checkout is there) first
+    return {
+        "checkout": SURVEY_CHECKOUT,
+        "record": layout.file("checkout_record"),
+    }
+
+
+def survey_pin_sha256(wildcards):
+    return task_file_sha256(
+        SURVEY_CHECKOUT, config["kernelbench"]["level"], int(wildcards.survey_task)
+    )
+
+
+def survey_task_inputs(wildcards):
+    inputs = {
+        "checkout": SURVEY_CHECKOUT,
+        "pin": layout.file("survey_pin", survey_task=wildcards.survey_task),
+        "code": SURVEY_CODE,
+    }
+    if SURVEY_PRECOMPILE:
+        inputs["compiled"] = layout.file(
+            "survey_compiled",
+            numerics=wildcards.numerics,
+            survey_task=wildcards.survey_task,
+        )
+    return inputs
+
+
+def survey_record_files(wildcards):
+    return expand(
+        layout.file("survey_record"),
+        numerics=SURVEY["numerics"],
+        survey_task=read_task_list(survey_task_list()),
+    )

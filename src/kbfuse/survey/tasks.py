@@ -74,7 +74,8 @@ def read_task_list(path) -> list[int]:
 
 
 def instantiate(spec, seed: int, semantics: str, device: str) -> tuple[Any, list]:
-    """(model, inputs) of a loaded task (kbfuse.tasks.kernelbench.TaskSpec), seeded as KernelBench."""
+    """(model, inputs) of a loaded task (kbfuse.tasks.kernelbench.TaskSpec), seeded as
+    KernelBench does."""
     import torch
 
     torch.manual_seed(seed)

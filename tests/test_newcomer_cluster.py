@@ -33,7 +33,7 @@ LOCAL_RULES = {
     "bundle",
 }
 # The survey's task list, pins and aggregate (not part of the study's `all`).
-SURVEY_LOCAL_RULES = {"survey_task_list", "survey_pin", "survey_records"}
+SURVEY_LOCAL_RULES = {"survey_task_list", "survey_pin", "survey_records", "survey_summary"}
 GPU_JOB = {"gpu": 1, "cpus_per_task": 4, "mem_mb": 16000, "runtime": 30}
 CPU_JOB = {"cpus_per_task": 1, "mem_mb": 4000, "runtime": 10}
 

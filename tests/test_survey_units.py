@@ -15,7 +15,7 @@ from kbfuse.survey import timing as survey_timing
 
 def test_defaults_fill_a_missing_survey_block_and_keep_given_keys():
     filled = settings.survey_settings({"survey": {"rounds": 5}})
-    assert filled["rounds"] == 5 and filled["tasks"] == "all" and filled["precompile"] is True
+    assert filled["rounds"] == 5 and filled["tasks"] == "all" and filled["precompile"] is False
     assert settings.survey_settings({}) == settings.DEFAULTS
     assert settings.survey_settings({}) is not settings.DEFAULTS
 

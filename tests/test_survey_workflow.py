@@ -156,7 +156,7 @@ def test_a_second_numerics_mode_adds_its_records_only(settled):
 def test_inductor_is_compiled_by_its_own_job_before_the_timing_job(settled):
     workdir, overlay, repo = settled
     compiled = _overlay(workdir, *repo, name="inductor.yaml", tasks=[53],
-                        baselines=["eager", "inductor"])  # fmt: skip
+                        baselines=["eager", "inductor"], precompile=True)  # fmt: skip
     assert run(workdir, compiled) == {
         ("survey_task_list", ""),
         ("survey_pin", "survey_task=53"),
@@ -204,7 +204,7 @@ def _job_blocks(stdout: str, rule: str) -> list[str]:
 def test_survey_jobs_ask_for_the_gpu_on_cuda_and_not_on_cpu(settled):
     workdir, overlay, repo = settled
     gpu = _overlay(workdir, *repo, name="gpu.yaml", device="cuda", rounds=5,
-                   baselines=["eager", "inductor"])  # fmt: skip
+                   baselines=["eager", "inductor"], precompile=True)  # fmt: skip
     proc = snakemake(workdir, "--dry-run", "--cores", "1", "survey_records", "--configfile",
                      str(gpu))  # fmt: skip
     blocks = _job_blocks(proc.stdout, "survey_task")

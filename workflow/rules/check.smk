@@ -1,6 +1,7 @@
 # kbfuse check over a folder of candidates (docs/check.md): one job per candidate file, the
 # task read from its `# kbfuse-task: 2/53` line, the task file from the pinned checkout. The
 # check: settings and every candidate's task line are checked here, before any job runs.
+from kbfuse import layout
 from kbfuse.candidates.spec import check_settings, task_of_file
 
 try:

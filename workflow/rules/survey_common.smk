@@ -1,4 +1,5 @@
 # Settings and input functions of the survey's rules (survey.smk).
+from kbfuse import layout
 from kbfuse.survey.precompile import compiled_baselines
 from kbfuse.survey.settings import survey_settings
 from kbfuse.survey.tasks import (

@@ -17,6 +17,7 @@ import yaml
 from conftest import ROOT
 
 from kbfuse.compilation import routes
+from kbfuse.errors import KbfuseError
 from kbfuse.workflow import config as config_module
 from kbfuse.workflow.config import (
     MAX_CONFIG_VALUES,

@@ -368,3 +368,10 @@ def test_the_gunzip_stream_names_a_cut_stream_and_trailing_data():
     message = "bundle lbl has data after the gzip stream; refusing it"
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         trailing.drain()
+
+
+def test_only_zero_bytes_are_trailing_zeros():
+    raw = io.BytesIO(gzip.compress(b"aXX\0", mtime=0))
+    stream = bundle_module._GunzipStream(raw, "lbl", 9)
+    assert stream.read(4) == b"aXX\0"
+    assert (stream.position, stream.last_nonzero) == (4, 2)

@@ -144,11 +144,12 @@ def test_each_implementation_of_the_baselines_is_checked_under_its_name():
     data = {
         "kind": "correctness_baselines",
         "implementations": {
-            "torchscript": {"cases": [_case()], "summary": {"cases": 1}},
+            "torchscript": {"cases": [_case(1, 2)], "summary": {"cases": 1}},
             "inductor": {"cases": [_case(4, 5)], "summary": {"cases": 2}},
         },
     }
     assert records.count_problems(data) == [
+        "implementations.torchscript.cases[0].bit_equal is 2, more than its 1 elements",
         "implementations.inductor.cases[0].bit_equal is 5, more than its 4 elements",
         "implementations.inductor.summary.cases is 2, its cases add up to 1",
     ]
@@ -186,9 +187,10 @@ def _controls(exhaustive=None, cases=()) -> dict:
 
 
 def test_tiny_value_cases_of_the_controls_are_checked_by_variant():
-    data = _controls(cases=[_case(), _case(2, 0, nonfinite_mismatch=3)])
+    data = _controls(cases=[_case(1, 2), _case(), _case(2, 0, nonfinite_mismatch=3)])
     assert records.count_problems(data) == [
-        "tiny_values.v.cases[1].nonfinite_mismatch is 3, more than its 2 elements"
+        "tiny_values.v.cases[0].bit_equal is 2, more than its 1 elements",
+        "tiny_values.v.cases[2].nonfinite_mismatch is 3, more than its 2 elements",
     ]
 
 
@@ -209,6 +211,9 @@ def test_exhaustive_counts_nest_payload_in_differ_in_inputs():
 def test_the_controls_quartiles_are_checked_and_other_kinds_have_no_counts():
     data = {**_controls(), "tail": {"eager": _measurement(3, 2, 4)}}
     assert records.count_problems(data) == ["tail.eager: q1_ms 3 <= median_ms 2 <= q3_ms 4 fails"]
+    # the schemas allow extra keys at the top: a measurement there is named by its fields alone
+    top = {"kind": "timing", **_measurement(2, 1, 3)}
+    assert records.count_problems(top) == [": q1_ms 2 <= median_ms 1 <= q3_ms 3 fails"]
     other = {"kind": "verify", "cases": [_case(1, 5)], "m": _measurement(3, 2, 4)}
     assert records.count_problems(other) == []
 
@@ -246,6 +251,16 @@ def test_at_most_five_errors_are_shown_in_path_order_then_a_count(manifest):
         f"field files.{rel}.bytes is 'x': 'x' is not of type 'integer'" for rel in sorted(files)
     ]
     assert lines[1:] == [*shown[:5], f"... and {len(files) - 5} more"]
+
+
+def test_a_sixth_error_is_counted(manifest):
+    record = next(iter(manifest["files"].values()))
+    files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in range(6)}
+    with pytest.raises(KbfuseError) as err:
+        records.validate_record(
+            {**manifest, "files": {**manifest["files"], **files}}, "manifest", "m"
+        )
+    assert str(err.value).split("\n  ")[-1] == "... and 1 more"
 
 
 def test_exactly_five_errors_get_no_count(manifest):

@@ -243,7 +243,9 @@ def test_at_most_five_errors_are_shown_in_path_order_then_a_count(manifest):
     record = next(iter(manifest["files"].values()))
     files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in (3, 1, 6, 2, 7, 5, 4)}
     data = {**manifest, "files": {**manifest["files"], **files}}
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(
+        KbfuseError, match=r"^m does not follow the manifest record schema:\n"
+    ) as err:
         records.validate_record(data, "manifest", "m")
     lines = str(err.value).split("\n  ")
     assert lines[0] == "m does not follow the manifest record schema:"
@@ -256,7 +258,9 @@ def test_at_most_five_errors_are_shown_in_path_order_then_a_count(manifest):
 def test_a_sixth_error_is_counted(manifest):
     record = next(iter(manifest["files"].values()))
     files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in range(6)}
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(
+        KbfuseError, match=r"^m does not follow the manifest record schema:\n"
+    ) as err:
         records.validate_record(
             {**manifest, "files": {**manifest["files"], **files}}, "manifest", "m"
         )
@@ -266,7 +270,9 @@ def test_a_sixth_error_is_counted(manifest):
 def test_exactly_five_errors_get_no_count(manifest):
     record = next(iter(manifest["files"].values()))
     files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in range(5)}
-    with pytest.raises(KbfuseError) as err:
+    with pytest.raises(
+        KbfuseError, match=r"^m does not follow the manifest record schema:\n"
+    ) as err:
         records.validate_record(
             {**manifest, "files": {**manifest["files"], **files}}, "manifest", "m"
         )

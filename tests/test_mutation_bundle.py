@@ -210,3 +210,168 @@ def test_the_gunzip_stream_reads_and_inflates_in_bounded_steps():
     assert pieces == [step, step, step]
     assert stream._decompress() == b""
     assert raw.sizes == [step, 1]  # one step of the small file, then one byte past its end
+
+
+# --- read_bundle, pack, the gunzip stream: limits at their boundary, messages word for word ---
+
+
+def test_pack_writes_sorted_members_with_fixed_owner_mode_and_time():
+    data = bundle_module.pack({"b/2": b"22", "a/1": b"1", "c": b""})
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        members = tar.getmembers()
+        contents = [tar.extractfile(m).read() for m in members]
+    assert [m.name for m in members] == ["a/1", "b/2", "c"]
+    assert contents == [b"1", b"22", b""]
+    for m in members:
+        fields = (m.size, m.mtime, m.mode, m.uid, m.gid, m.uname, m.gname, m.type)
+        assert fields == (len(contents[members.index(m)]), 0, 0o644, 0, 0, "", "", tarfile.REGTYPE)
+    assert data == bundle_module.pack({"c": b"", "b/2": b"22", "a/1": b"1"})
+
+
+def test_tarinfo_fields_are_fixed():
+    info = bundle_module._tarinfo("x/y", 7)
+    assert (info.name, info.size, info.mtime, info.mode) == ("x/y", 7, 0, 0o644)
+    assert (info.uid, info.gid, info.uname, info.gname, info.type) == (0, 0, "", "", b"0")
+
+
+def _members(tmp_path: Path, members, name="m.tar.gz") -> Path:
+    out = tmp_path / name
+    out.write_bytes(bundle_module.pack(dict(members)))
+    return out
+
+
+def test_the_member_limit_admits_exactly_that_many(tmp_path):
+    out = _members(tmp_path, [(RESULTS_PREFIX + "a", b"1"), (RESULTS_PREFIX + "b", b"2")])
+    assert len(bundle_module.read_bundle(out, limits=Limits(members=2)).records) == 2
+    with pytest.raises(
+        KbfuseError, match=f"^bundle {re.escape(str(out))} has more than 1 members$"
+    ):
+        bundle_module.read_bundle(out, limits=Limits(members=1))
+
+
+def test_member_and_total_sizes_are_limited_at_their_boundary(tmp_path):
+    a, b = RESULTS_PREFIX + "a", RESULTS_PREFIX + "b"
+    out = _members(tmp_path, [(a, b"1234"), (b, b"567")])
+    fits = Limits(member_bytes=4, total_bytes=7)
+    assert bundle_module.read_bundle(out, limits=fits).records[b]["bytes"] == 3
+    message = (
+        f"bundle member {a!r} declares 4 bytes (bundle total so far 4); limits are 3 per member "
+        "and 7 in all; refusing the bundle"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        bundle_module.read_bundle(out, limits=Limits(member_bytes=3, total_bytes=7))
+    message = (
+        f"bundle member {b!r} declares 3 bytes (bundle total so far 7); limits are 4 per member "
+        "and 6 in all; refusing the bundle"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        bundle_module.read_bundle(out, limits=Limits(member_bytes=4, total_bytes=6))
+
+
+def test_folders_count_as_members_but_not_as_bytes(tmp_path):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        folder = tarfile.TarInfo(RESULTS_PREFIX + "d")
+        folder.type, folder.size = tarfile.DIRTYPE, 0
+        tar.addfile(folder)
+        tar.addfile(bundle_module._tarinfo(RESULTS_PREFIX + "d/x", 2), io.BytesIO(b"xy"))
+    out = _gz(tmp_path, raw.getvalue())
+    found = bundle_module.read_bundle(out, limits=Limits(members=2, total_bytes=2))
+    assert list(found.records) == [RESULTS_PREFIX + "d/x"]
+    with pytest.raises(KbfuseError, match=r"has more than 1 members$"):
+        bundle_module.read_bundle(out, limits=Limits(members=1))
+
+
+def test_a_duplicate_keeps_its_first_copy_and_is_named(tmp_path):
+    raw = io.BytesIO()
+    name = RESULTS_PREFIX + FINGERPRINT
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for data in (b"first", b"second!"):
+            tar.addfile(bundle_module._tarinfo(name, len(data)), io.BytesIO(data))
+    found = bundle_module.read_bundle(_gz(tmp_path, raw.getvalue()))
+    assert found.records == {name: {"sha256": sha256_bytes(b"first"), "bytes": 5}}
+    assert found.duplicates == {name}
+    assert found.kept == {name: b"first"}
+
+
+def test_only_the_quoted_members_within_the_record_limit_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(bundle_module, "MAX_RECORD_BYTES", 4)
+    members = {
+        MANIFEST_MEMBER: b"1234",
+        RESULTS_PREFIX + FINGERPRINT: b"12345",
+        RESULTS_PREFIX + PIN: b"",
+        RESULTS_PREFIX + "other.json": b"1",
+    }
+    found = bundle_module.read_bundle(_members(tmp_path, members.items()))
+    assert found.kept == {MANIFEST_MEMBER: b"1234", RESULTS_PREFIX + PIN: b""}
+    assert set(found.records) == set(members)
+
+
+def test_only_results_are_extracted_and_the_raw_file_is_hashed(tmp_path):
+    members = {MANIFEST_MEMBER: b"{}", RESULTS_PREFIX + "t/1.json": b"one", "kbfuse-bundle/x": b"2"}
+    out = _members(tmp_path, members.items())
+    sink = tmp_path / "sink"
+    found = bundle_module.read_bundle(str(out), extract_to=str(sink))
+    written = sorted(p.relative_to(sink).as_posix() for p in sink.rglob("*") if p.is_file())
+    assert written == [RESULTS_PREFIX + "t/1.json"]
+    assert (sink / RESULTS_PREFIX / "t/1.json").read_bytes() == b"one"
+    assert found.sha256 == sha256_bytes(out.read_bytes())
+    assert bundle_module.read_bundle(out).sha256 == found.sha256
+
+
+def test_a_bundle_that_is_missing_or_a_folder_is_named(tmp_path):
+    missing = tmp_path / "none.tar.gz"
+    message = f"bundle {missing} is not a readable .tar.gz: [Errno 2] No such file or directory"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}"):
+        bundle_module.read_bundle(missing)
+    message = f"bundle {tmp_path} is not a readable .tar.gz: [Errno 21] Is a directory"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}"):
+        bundle_module.read_bundle(tmp_path)
+
+
+def test_a_cut_tar_inside_a_whole_gzip_stream_is_named(tmp_path):
+    out = _gz(tmp_path, MEMBER[: tarfile.BLOCKSIZE + 10])
+    with pytest.raises(KbfuseError, match=f"^bundle {re.escape(str(out))} is not a readable "):
+        bundle_module.read_bundle(out)
+
+
+def test_the_gunzip_stream_hands_out_pieces_counting_position_and_last_nonzero():
+    raw = io.BytesIO(gzip.compress(b"ab\0\0cd\0\0\0", mtime=0))
+    stream = bundle_module._GunzipStream(raw, "lbl", 9)
+    assert (stream.position, stream.last_nonzero) == (0, -1)
+    buffer = bytearray(4)
+    assert stream.readinto(buffer) == 4
+    assert (bytes(buffer), stream.position, stream.last_nonzero) == (b"ab\0\0", 4, 1)
+    assert stream.readinto(buffer) == 4
+    assert (bytes(buffer), stream.position, stream.last_nonzero) == (b"cd\0\0", 8, 5)
+    assert stream.readinto(buffer) == 1
+    assert (bytes(buffer[:1]), stream.position, stream.last_nonzero) == (b"\0", 9, 5)
+    assert stream.readinto(buffer) == 0
+    assert stream.raw_sha256.hexdigest() == sha256_bytes(raw.getvalue())
+
+
+def test_the_gunzip_stream_refuses_one_byte_over_its_cap_naming_the_label():
+    raw = io.BytesIO(gzip.compress(b"123456789", mtime=0))
+    stream = bundle_module._GunzipStream(raw, "lbl", 8)
+    assert stream.read(8) == b"12345678"
+    message = "bundle lbl decompresses to more than 8 bytes; refusing it"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        stream.read(1)
+
+
+def test_the_gunzip_stream_names_a_cut_stream_and_trailing_data():
+    whole = gzip.compress(b"x" * 100, mtime=0)
+    cut = bundle_module._GunzipStream(io.BytesIO(whole[:-4]), "lbl", 1000)
+    with pytest.raises(KbfuseError, match=r"^bundle lbl: the gzip stream is cut short$"):
+        cut.drain()
+    trailing = bundle_module._GunzipStream(io.BytesIO(whole + b"\0"), "lbl", 1000)
+    message = "bundle lbl has data after the gzip stream; refusing it"
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        trailing.drain()
+
+
+def test_only_zero_bytes_are_trailing_zeros():
+    raw = io.BytesIO(gzip.compress(b"aXX\0", mtime=0))
+    stream = bundle_module._GunzipStream(raw, "lbl", 9)
+    assert stream.read(4) == b"aXX\0"
+    assert (stream.position, stream.last_nonzero) == (4, 2)

@@ -17,6 +17,7 @@ import yaml
 from conftest import ROOT
 
 from kbfuse.compilation import routes
+from kbfuse.errors import KbfuseError
 from kbfuse.workflow import config as config_module
 from kbfuse.workflow.config import (
     MAX_CONFIG_VALUES,
@@ -267,3 +268,19 @@ def test_integer_options_take_digits():
     assert reason is None
     assert (parsed.spec.name, parsed.value) == ("maxrregcount", "32")
     assert routes.option_problems("nvcc-cubin", ["--maxrregcount=32", "-split-compile=0"]) == []
+
+
+def test_the_check_block_is_checked_after_the_rest_word_for_word():
+    cfg = validate_schema(copy.deepcopy(RAW))
+    cfg["controls"]["tiny_values"]["low"] = cfg["controls"]["tiny_values"]["high"]
+    cfg["check"] = {"seed": -1}
+    high = cfg["controls"]["tiny_values"]["high"]
+    message = (
+        f"invalid config:\n  config key controls.tiny_values: low {high!r} must be below high "
+        f"{high!r}\n  config key check.seed is -1: it must be an integer >= 0"
+    )
+    with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
+        check_config(cfg, ROOT / "kernels")
+    cfg["check"] = "x"
+    with pytest.raises(KbfuseError, match=r"\n  config key check is 'x': it must be a mapping$"):
+        check_config(cfg, ROOT / "kernels")

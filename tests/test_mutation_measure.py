@@ -16,7 +16,7 @@ import pytest
 from kbfuse import stage
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json
-from kbfuse.timing.timing import gate, measure
+from kbfuse.timing import gate, measure
 
 SHA = "a" * 64
 PROTOCOL = {"warmup": 1, "rounds": 2, "invocations_per_pair": 1, "order_seed": 0, "input_seed": 0}

@@ -1,14 +1,16 @@
 """tools/mutation_report.py: which mutants are scored, and earlier figures kept apart.
 
 The report is what docs/mutation.md says about the tests' strength, so its bookkeeping is
-tested like code: timing's GPU driver is not scored, measure's GPU timers are counted apart,
-and a module the latest run did not repeat is shown with the earlier run's figures, never
-added to the latest score.
+tested like code: modules are named with their subpackage, measure's GPU timers are counted
+apart, and a module the latest run did not repeat is shown with the earlier run's figures,
+never added to the latest score.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+import tomllib
 from collections import Counter
 
 import pytest
@@ -18,62 +20,97 @@ sys.path.insert(0, str(ROOT / "tools"))
 import mutation_report as report  # noqa: E402
 
 
-def test_timing_runs_only_its_gate_and_checks_other_modules_run_whole():
-    globs = report.mutant_globs(["timing", "measure"])
-    assert "kbfuse.timing.timing.x_gate__mutmut_*" in globs
-    assert "kbfuse.timing.timing.x_gate_baselines__mutmut_*" in globs
-    assert not any("run_timing" in g or "measure_program" in g for g in globs)
-    assert globs[-1] == "kbfuse.timing.measure.*"
+def test_each_module_runs_whole_under_its_subpackage_name():
+    assert report.mutant_globs(["timing.gate", "timing.measure"]) == [
+        "kbfuse.timing.gate.*",
+        "kbfuse.timing.measure.*",
+    ]
+    assert report.mutant_globs(report.MODULES)[0] == "kbfuse.checks.numerics.*"
 
 
-def test_tally_counts_gpu_only_and_unscored_functions_apart():
+def test_every_scored_module_is_a_file_mutmut_mutates():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    files = pyproject["tool"]["mutmut"]["only_mutate"]
+    assert files == [f"src/kbfuse/{m.replace('.', '/')}.py" for m in report.MODULES]
+    assert all((ROOT / f).is_file() for f in files)
+
+
+def test_every_gpu_only_function_exists_in_its_module():
+    for pattern in report.GPU_ONLY:  # subpackage.module.function or subpackage.module.Class.*
+        subpackage, module, name = pattern.split(".")[:3]
+        source = (ROOT / "src/kbfuse" / subpackage / f"{module}.py").read_text()
+        assert re.search(rf"^(class|def) {name}\b", source, re.M), pattern
+
+
+def test_tally_counts_gpu_only_and_other_modules_apart():
     results = {
         "kbfuse.timing.measure.x_stats__mutmut_1": "killed",
         "kbfuse.timing.measure.x_stats__mutmut_2": "survived",
         "kbfuse.timing.measure.x_time_interleaved__mutmut_1": "survived",
-        "kbfuse.timing.timing.x_run_timing__mutmut_1": "survived",
-        "kbfuse.timing.timing.x_gate__mutmut_1": "not checked",
+        "kbfuse.timing.gate.x_gate__mutmut_1": "not checked",
+        "kbfuse.timing.gate.x_gate__mutmut_2": "timeout",
+        "kbfuse.results.bundle.x_pack__mutmut_1": "survived",
     }
-    counts = report.tally(results, ["measure", "timing"])
-    assert counts["measure"] == Counter(scored=2, killed=1, survived=1, **{"gpu-only": 1})
-    assert counts["timing"] == Counter({"not run": 1})
-    assert report.survivors(results, ["measure", "timing"]) == [
-        "kbfuse.timing.measure.x_stats__mutmut_2"
+    counts = report.tally(results, ["timing.measure", "timing.gate"])
+    assert counts["timing.measure"] == Counter(scored=2, killed=1, survived=1, **{"gpu-only": 1})
+    assert counts["timing.gate"] == Counter({"not run": 1, "scored": 1, "timeout": 1})
+    assert report.survivors(results, ["timing.measure", "timing.gate"]) == [
+        "kbfuse.timing.gate.x_gate__mutmut_2",
+        "kbfuse.timing.measure.x_stats__mutmut_2",
     ]
 
 
 def test_earlier_figures_only_for_modules_not_in_this_run():
-    runs = report.previous_runs({"numerics", "measure"})
-    assert [run["commit"] for run, _ in runs] == ["8bdcf32", "f3227ec"]
-    first, second = (counts for _, counts in runs)
-    assert set(first) == {"verify", "deps", "cudacache"}
-    assert first["verify"]["gpu-only"] == 122
-    assert set(second) == {"timing", "config", "routes", "manifest"}
-    assert second["timing"] == Counter({"scored": 99, "killed": 99, "not run": 236})
-    section = "\n".join(report.previous_section({"numerics", "measure"}))
-    assert "| verify | 389 | 386 | 3 | 0 | 0 | 99.2% | 122 | 0 |" in section
-    assert "| config | 463 | 412 | 48 | 0 | 3 | 89.0% | 0 | 0 |" in section
+    runs = report.previous_runs({"checks.numerics", "timing.measure"})
+    assert [run["commit"] for run, _ in runs] == ["bd4c509", "8bdcf32", "f3227ec"]
+    latest, first, second = (counts for _, counts in runs)
+    assert set(latest) == {"workflow.config", "compilation.routes"}
+    assert set(first) == {"checks.verify", "workflow.deps", "compilation.cudacache"}
+    assert first["checks.verify"]["gpu-only"] == 122
+    assert set(second) == {"timing.gate", "results.manifest"}
+    assert second["timing.gate"] == Counter({"scored": 99, "killed": 99, "not run": 236})
+    section = "\n".join(report.previous_section({"checks.numerics", "timing.measure"}))
+    assert "| checks.verify | 389 | 386 | 3 | 0 | 0 | 99.2% | 122 | 0 |" in section
+    assert "| workflow.config | 463 | 458 | 5 | 0 | 0 | 98.9% | 0 | 0 |" in section
+    assert "`kbfuse.bundle` for today's `kbfuse.results.bundle`" in section
     assert report.previous_section(set(report.MODULES)) == []
+
+
+def test_earlier_runs_name_only_scored_modules():
+    for run in tomllib.loads(report.PREVIOUS.read_text())["runs"]:
+        assert set(run["modules"]) <= set(report.MODULES), run["commit"]
+
+
+def test_equivalent_mutants_name_modules_of_the_package():
+    for name in report.equivalent_reasons():
+        module, function = report.function_of(name)
+        path = ROOT / "src/kbfuse" / f"{module.replace('.', '/')}.py"
+        assert path.is_file(), name
 
 
 def test_a_module_run_only_in_part_keeps_its_earlier_figures():
     counts = {
-        "config": Counter(scored=60, killed=55, survived=5, **{"not run": 400}),
-        "bundle": Counter(scored=10, killed=10),
-        "records": Counter(),
+        "workflow.config": Counter(scored=60, killed=55, survived=5, **{"not run": 400}),
+        "results.bundle": Counter(scored=10, killed=10),
+        "results.records": Counter(),
     }
-    assert report.repeated_in_full(counts) == {"bundle"}
+    assert report.repeated_in_full(counts) == {"results.bundle"}
 
 
 def test_an_unknown_module_is_refused(capsys):
-    assert report.main(["timings"]) == 2
-    assert "unknown module(s) ['timings']" in capsys.readouterr().err
+    assert report.main(["bundle"]) == 2
+    assert "unknown module(s) ['bundle']" in capsys.readouterr().err
 
 
 def test_a_mutant_name_is_split_into_module_and_function():
     assert report.function_of("kbfuse.checks.verify.xǁTask81Witnessǁmeasure__mutmut_3") == (
-        "verify",
+        "checks.verify",
         "Task81Witness.measure",
+    )
+    assert report.function_of("kbfuse.stage.x_write_all__mutmut_8") == ("stage", "write_all")
+    assert report.function_of("kbfuse.results.bundle.x__tarinfo__mutmut_12") == (
+        "results.bundle",
+        "_tarinfo",
     )
     with pytest.raises(ValueError, match=r"^not a mutmut mutant name: 'kbfuse\.x'$"):
         report.function_of("kbfuse.x")

@@ -58,7 +58,7 @@ from kbfuse.results.manifest import (
     load_manifest,
     verify_manifest,
 )
-from kbfuse.timing.timing import gate, measure
+from kbfuse.timing import gate, measure
 from kbfuse.workflow import deps
 from kbfuse.workflow.config import SCHEMA, check_config, load_config, validate_schema, variant_spec
 

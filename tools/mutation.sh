@@ -3,7 +3,7 @@
 # what survived). Configuration: [tool.mutmut] in pyproject.toml (modules, fast test files).
 #
 #   bash tools/mutation.sh                 # every scored module (about an hour on 2 cores)
-#   bash tools/mutation.sh deps cudacache  # some of them
+#   bash tools/mutation.sh workflow.deps compilation.cudacache  # some of them (names below kbfuse)
 #
 # Runs mutmut in ./mutants (git-ignored; kept between runs, so a rerun only retests what
 # changed), then rewrites the generated tables of docs/mutation.md from mutmut's results.

@@ -3,10 +3,11 @@
     python tools/mutation_report.py --names MODULE...   # the mutant globs mutation.sh runs
     python tools/mutation_report.py MODULE...           # rewrite docs/mutation.md
 
+Modules are named as in the package, below kbfuse: "results.bundle" is kbfuse.results.bundle.
 The score of a module is killed / scored mutants. Scored: every mutant of the module's
-functions, except timing's functions other than its gate and statistics (the rest of
-timing.py drives the GPU) and the few functions of verify.py that only run on a GPU
-(GPU_ONLY); those are counted apart, never silently dropped. Every survivor must be listed
+functions, except the few that only run on a GPU (GPU_ONLY): those are counted apart, never
+silently dropped. kbfuse.timing.timing (run_timing) drives the GPU and is not mutated; the
+timing gate is its own module, timing.gate, scored whole. Every survivor must be listed
 in tools/mutation_equivalent.toml with the reason it is equivalent (the program behaves the
 same), or it is printed as unexplained and the command exits 1. Scored modules this run did
 not cover in full are shown apart with earlier runs' figures (tools/mutation_previous.toml),
@@ -29,65 +30,42 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "mutation.md"
 EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
 PREVIOUS = ROOT / "tools" / "mutation_previous.toml"
+# The modules mutated, below kbfuse (the files are [tool.mutmut] only_mutate in pyproject.toml).
 MODULES = (
-    "numerics",
-    "measure",
-    "timing",
-    "verify",
-    "routes",
-    "manifest",
-    "bundle",
-    "records",
-    "config",
-    "deps",
-    "cudacache",
-)
-# timing.py: only the gate and the pure checks around it are scored (the statistics moved to
-# measure.py); the rest of timing.py builds models and times them on the GPU.
-TIMING_FUNCTIONS = (
-    "check_protocol",
-    "best_compiled",
-    "assemble_scope",
-    "gate",
-    "_malformed_result",
-    "_verdict",
-    "_record_problem",
-    "_gate_one",
-    "gate_baselines",
-    "read_record",
-    "read_correctness_records",
-    "check_names",
-    "read_metas",
-    "gate_variants",
-    "gate_implementations",
+    "checks.numerics",
+    "timing.measure",
+    "timing.gate",
+    "checks.verify",
+    "compilation.routes",
+    "results.manifest",
+    "results.bundle",
+    "results.records",
+    "workflow.config",
+    "workflow.deps",
+    "compilation.cudacache",
 )
 # Functions that launch kernels or build the model on the GPU: no CPU test can run them.
 GPU_ONLY = (
-    "measure.time_interleaved",
-    "measure.capture_graphs",
-    "verify.witness_output",
-    "verify._float32_value",
-    "verify.Task81Witness.*",
+    "timing.measure.time_interleaved",
+    "timing.measure.capture_graphs",
+    "checks.verify.witness_output",
+    "checks.verify._float32_value",
+    "checks.verify.Task81Witness.*",
 )
 GOAL = 0.90
 NOT_KILLED = ("survived", "no tests", "timeout", "suspicious")
-_NAME = re.compile(r"^kbfuse\.(\w+)\.(.+)__mutmut_(\d+)$")
+# kbfuse.<module, dotted>.<x_function | xǁClassǁmethod>__mutmut_<n>
+_NAME = re.compile(r"^kbfuse\.([\w.]+?)\.(x_.+|xǁ.+)__mutmut_(\d+)$")
 
 
 def mutant_globs(modules) -> list[str]:
     """The mutant names (fnmatch globs) `mutmut run` is given for `modules`."""
-    globs = []
-    for module in modules:
-        if module == "timing":
-            globs += [f"kbfuse.timing.timing.x_{fn}__mutmut_*" for fn in TIMING_FUNCTIONS]
-        else:
-            globs.append(f"kbfuse.{module}.*")
-    return globs
+    return [f"kbfuse.{module}.*" for module in modules]
 
 
 def function_of(name: str) -> tuple[str, str]:
     """(module, function) of a mutant name: 'kbfuse.checks.verify.xǁTask81Witnessǁmeasure__mutmut_3'
-    is ('verify', 'Task81Witness.measure')."""
+    is ('checks.verify', 'Task81Witness.measure')."""
     match = _NAME.match(name)
     if match is None:
         raise ValueError(f"not a mutmut mutant name: {name!r}")
@@ -95,12 +73,6 @@ def function_of(name: str) -> tuple[str, str]:
     if mangled.startswith("xǁ"):
         return module, ".".join(mangled[2:].split("ǁ"))
     return module, mangled.removeprefix("x_")
-
-
-def scored(module: str, function: str) -> bool:
-    if module == "timing":
-        return function in TIMING_FUNCTIONS
-    return True
 
 
 def gpu_only(module: str, function: str) -> bool:
@@ -150,7 +122,7 @@ def tally(results: dict[str, str], modules) -> dict[str, Counter]:
     counts: dict[str, Counter] = {module: Counter() for module in modules}
     for name, status in results.items():
         module, function = function_of(name)
-        if module not in counts or not scored(module, function):
+        if module not in counts:
             continue
         if gpu_only(module, function):
             counts[module]["gpu-only"] += 1
@@ -195,7 +167,11 @@ def previous_section(repeated) -> list[str]:
         "## Earlier runs' figures",
         "",
         "For the modules this run did not mutate in full, the figures of earlier runs, kept in",
-        "`tools/mutation_previous.toml`. They are not part of the score above.",
+        "`tools/mutation_previous.toml`. They are not part of the score above. Runs before the",
+        "package moved into subpackages measured the modules under their flat names",
+        "(`kbfuse.bundle` for today's `kbfuse.results.bundle`, `kbfuse.timing` for the gate now in",
+        "`kbfuse.timing.gate`); their figures and survivors are listed under the new names, and",
+        "each run says what changed in the code since.",
         "",
     ]
     for run, counts in runs:
@@ -236,8 +212,7 @@ def survivors(results: dict[str, str], modules) -> list[str]:
     names = []
     for name, status in sorted(results.items(), key=lambda kv: _sort_key(kv[0])):
         module, function = function_of(name)
-        counted = module in modules and scored(module, function)
-        if counted and not gpu_only(module, function) and status in NOT_KILLED:
+        if module in modules and not gpu_only(module, function) and status in NOT_KILLED:
             names.append(name)
     return names
 
@@ -265,7 +240,7 @@ def render(modules, counts, results, reasons, note: str = "") -> tuple[str, list
         "",
         "```bash",
         "bash tools/mutation.sh                 # every scored module",
-        "bash tools/mutation.sh deps cudacache  # some of them",
+        "bash tools/mutation.sh workflow.deps compilation.cudacache  # some of them",
         "```",
         "",
         "The tool is [mutmut](https://github.com/boxed/mutmut), configured under `[tool.mutmut]`",
@@ -275,9 +250,10 @@ def render(modules, counts, results, reasons, note: str = "") -> tuple[str, list
         "`tools/mutation_report.py`, which exits 1 while a survivor is unexplained. Equivalent",
         "mutants and their reasons are listed in `tools/mutation_equivalent.toml`.",
         "",
-        "Scored: every function of the modules below, except in `timing` only the gate and the",
-        f"pure checks ({', '.join(f'`{f}`' for f in TIMING_FUNCTIONS)}; the rest drives the",
-        "GPU; the timing statistics are in `measure`).",
+        "Modules are named below `kbfuse` (`results.bundle` is `kbfuse.results.bundle`).",
+        "Scored: every function of the modules below. The timing gate is its own module",
+        "(`timing.gate`); `kbfuse.timing.timing` (`run_timing`) drives the GPU and is not",
+        "mutated, and the timing statistics are in `timing.measure`.",
         "*GPU-only* mutants are in functions that launch kernels on the device "
         f"({', '.join(f'`{g}`' for g in GPU_ONLY)}); no CPU test can reach them, the GPU tests",
         "do, and they are counted apart. *No CPU test*: no selected test runs the function.",

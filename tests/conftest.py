@@ -68,6 +68,24 @@ def pytest_collection_modifyitems(config, items):
     _skip_without_nvcc(items)
 
 
+# As the session found them: torch.compile run in this process (in a test or a module fixture)
+# writes Inductor's default cache folder into os.environ["TORCHINDUCTOR_CACHE_DIR"], and a later
+# test's Snakemake jobs inherited it and compiled there instead of the survey's shared cache.
+COMPILE_CACHE_VARIABLES = {
+    key: os.environ.get(key) for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+}
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache_variables_restored():
+    yield
+    for key, value in COMPILE_CACHE_VARIABLES.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def kb_repo(tmp_path_factory) -> tuple[str, str]:
     """(url, commit) of a small KernelBench-shaped git repository."""

@@ -173,8 +173,7 @@ def test_inductor_is_compiled_by_its_own_job_before_the_timing_job(settled):
     assert rec["baselines"]["inductor"]["status"] == "ok"
     # one FX-graph cache lookup in each job, counted (whether the timing job's is a hit is
     # what the counters are for: on the CPU its key differs from the compile job's)
-    # (a hit where an earlier test's timing job compiled the same graph into the shared cache)
-    assert sum(first["compile_cache"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")) == 1
+    assert first["compile_cache"]["fxgraph_cache_miss"] == 1
     assert sum(rec["compile_cache"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")) == 1
     assert any((workdir / "results/survey/.cache/inductor").iterdir())
     log = (workdir / "results/survey/strict/logs/53.compile.log").read_text()

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from kbfuse.errors import KbfuseError
-from kbfuse.io import write_json, write_text
+from kbfuse.results.reports import emit_report
 from kbfuse.survey.wall import report_markdown, survey_wall
 
 
@@ -30,12 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KbfuseError, OSError) as exc:
         print(f"survey_wall: {exc}", file=sys.stderr)
         return 1
-    text = report_markdown(report)
-    print(text, end="")
-    if args.json:
-        write_json(args.json, report)
-    if args.markdown:
-        write_text(args.markdown, text)
+    emit_report(report, report_markdown(report), args.json, args.markdown)
     return 0
 
 

@@ -19,7 +19,7 @@ import argparse
 import sys
 
 from kbfuse.errors import KbfuseError
-from kbfuse.io import write_json, write_text
+from kbfuse.results.reports import emit_report
 from kbfuse.timing.roofline import TARGET_KERNELS, report_markdown, roofline
 
 
@@ -49,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except KbfuseError as exc:
         print(f"tail_roofline: {exc}", file=sys.stderr)
         return 1
-    text = report_markdown(report)
-    print(text, end="")
-    if args.json:
-        write_json(args.json, report)
-    if args.markdown:
-        write_text(args.markdown, text)
+    emit_report(report, report_markdown(report), args.json, args.markdown)
     return 0
 
 

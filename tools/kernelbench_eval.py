@@ -8,15 +8,17 @@ otherwise: cuda-event timing, the excessive-speedup flag at 10x), and its static
 `kernelbench.kernel_static_checker.validate_kernel_static(source, backend="cuda",
 precision="fp32")`. Each candidate is evaluated in a child process of its own (a candidate that
 patches torch would otherwise change the next one's result). Needs a GPU. The package's
-`__init__` (LLM client imports, torch.rand_mix aliases) is not run; `requests`, which the
-evaluation never calls, and pydantic's BaseModel (the result container) are stood in for when
+`__init__` (LLM client imports, torch.rand_mix aliases) is not run; modules the evaluation
+imports but never calls (`requests`, and `dotenv`, `openai`, `litellm`, `tqdm` through its
+utils module) and pydantic's BaseModel (the result container) are stood in for when
 missing, and the JSON says so (`stubs`). Writes one JSON and one Markdown table:
 
     python tools/kernelbench_eval.py --kernelbench results/kernelbench/checkout \\
         --out results/check/kernelbench_eval tests/candidates/*.py
 
-`--static-only` runs the static checker alone (no GPU needed). `--trials` defaults to 1
-(KernelBench's default `num_correct_trials`); the Markdown table puts
+`--static-only` runs the static checker alone (no GPU needed). `--jobs N` evaluates N candidates
+at once (their builds overlap; their timings then share the GPU and are not comparable).
+`--trials` defaults to 1 (KernelBench's default `num_correct_trials`); the Markdown table puts
 kbfuse check's verdicts beside when `--verdicts` names their folder (results/check).
 """
 
@@ -26,6 +28,7 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,11 +46,23 @@ package = types.ModuleType("kernelbench")
 package.__path__ = [checkout + "/src/kernelbench"]
 sys.modules["kernelbench"] = package
 stubs = []
-try:
-    import requests  # noqa: F401 - eval.py imports it; the evaluation never calls it
-except ImportError:
-    sys.modules["requests"] = types.ModuleType("requests")
-    stubs.append("requests")
+class Absent(types.ModuleType):  # a missing module the evaluation imports but never calls
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        def absent(*args, **kwargs):
+            raise RuntimeError(f"{self.__name__}.{name} stands in for a missing module")
+        return absent
+# eval.py imports requests; utils.py (imported by eval.py for get_gpu_vendor) imports the LLM
+# clients and calls dotenv's load_dotenv at import: a no-op here.
+for name in ("requests", "dotenv", "openai", "litellm", "tqdm"):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        sys.modules[name] = Absent(name)
+        stubs.append(name)
+if "dotenv" in stubs:
+    sys.modules["dotenv"].load_dotenv = lambda *args, **kwargs: False
 try:
     import pydantic  # noqa: F401
 except ImportError:
@@ -158,16 +173,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perf-trials", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument(
+        "--jobs", type=int, default=1, help="candidates evaluated at once (%(default)s)"
+    )
+    parser.add_argument(
         "--static-only", action="store_true", help="only the static checker (text; no GPU)"
     )
     args = parser.parse_args(argv)
     if args.static_only:
         args.trials = 0
-    entries = []
-    for candidate in args.candidates:
+
+    def one(candidate: Path) -> dict:
         entry = evaluate(args.kernelbench, candidate, args.trials, args.perf_trials, args.timeout)
         print(json.dumps({k: v for k, v in entry.items() if k != "result"}), flush=True)
-        entries.append(entry)
+        return entry
+
+    # Several at once share the GPU: their verdicts hold, their timings are not comparable.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        entries = list(pool.map(one, args.candidates))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "kernelbench_eval.json").write_text(json.dumps(entries, indent=1, default=str))
     table = markdown([row(e, args.verdicts) for e in entries])

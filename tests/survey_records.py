@@ -146,6 +146,9 @@ def record(
                 "invocations_per_pair": 10,
                 "order_seed": 913,
                 "methods": ["events", "graph", "cold_l2"],
+                "max_invocations_per_pair": 10,
+                "min_sample_ms": 1.0,
+                "fastest_call_ms": 0.25,
             },
             "baselines": baselines,
             "ratios": {},
@@ -156,6 +159,7 @@ def record(
                 "input_identity": {"applicable": False, "passes": None},
             },
             "blind_spot": blind_spot,
+            "job": {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"},
         }
     )
 

@@ -118,7 +118,7 @@ def planned_resources(workdir: Path, *args: str) -> list[tuple[str, str, dict[st
 
 def test_default_profile_caps_gpu_at_one():
     profile = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
-    assert profile["resources"] == ["gpu=1"]
+    assert profile["resources"] == ["gpu=1", "gpu_jobs=6"]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "auto"])

@@ -29,7 +29,14 @@ ERROR_NAMES = {
     100: "CUDA_ERROR_NO_DEVICE",
     101: "CUDA_ERROR_INVALID_DEVICE",
 }
-FUNCTIONS = ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute", "cuGetErrorName")
+FUNCTIONS = (
+    "cuInit",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetUuid",
+    "cuGetErrorName",
+)
 ROOT = Path(__file__).resolve().parents[1]
 ADVICE = r"set arch: sm_XY in the config \(e.g. sm_90 for H100/H200\)"
 
@@ -82,6 +89,9 @@ class FakeDriver:
             return (1, None)  # CUDA_ERROR_INVALID_VALUE
         return (0, attributes[attribute])
 
+    def _cuDeviceGetUuid(self, device):
+        return (0, SimpleNamespace(bytes=bytes(range(16 * (device - 1000), 16 * (device - 999)))))
+
     def _cuGetErrorName(self, code):
         if code not in ERROR_NAMES:
             return (1, None)
@@ -108,6 +118,15 @@ def test_compute_capability_reads_major_and_minor_of_device_0(monkeypatch):
     assert cudadriver.compute_capability(1) == (8, 6)
     assert driver.calls[:3] == ["cuInit", "cuDeviceGetCount", "cuDeviceGet"]
     assert cudadriver.device_count() == 2
+
+
+def test_device_uuid_is_written_as_nvidia_smi_writes_it(monkeypatch):
+    use(monkeypatch, FakeDriver(capabilities=[(9, 0), (8, 6)]))
+    assert cudadriver.device_uuid() == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert cudadriver.device_uuid(1) == "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"
+    use(monkeypatch, FakeDriver(fail={"cuDeviceGetUuid": 101}))
+    with pytest.raises(cudadriver.CudaDriverError, match="cuDeviceGetUuid failed with CUDA_ERR"):
+        cudadriver.device_uuid()
     assert gpu_arch() == resolve_arch("auto") == "sm_90"
 
 

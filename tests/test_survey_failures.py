@@ -66,7 +66,7 @@ def checkout(tmp_path_factory):
 def _run(checkout, pin, tmp_path, **settings):
     out = tmp_path / "out.json"
     run_survey_task(checkout, pin, survey_settings({"survey": {**SETTINGS, **settings}}),
-                    "strict", out, print)  # fmt: skip
+                    {"strict": out}, print)  # fmt: skip
     return records.read_record(out, "survey_task")
 
 

@@ -3,10 +3,15 @@
 The fixture's tasks (tests/survey_kbrepo.py) are surveyed on "cuda": the three timing methods
 (CUDA events, CUDA-graph replay, cold L2), the kernel profile, a forward that cannot be
 captured in a CUDA graph (task 9 reads a value back with `.item()`) keeping its event timing,
-and both numerics modes' TF32 flags.
+both numerics modes' TF32 flags from one job, the GPU lock named after the device's UUID, and
+the calls per sample sized from the fastest baseline.
 """
 
 from __future__ import annotations
+
+import math
+import re
+import subprocess
 
 import pytest
 from survey_kbrepo import make_survey_repo
@@ -15,6 +20,7 @@ from kbfuse.results import records
 from kbfuse.survey.job import run_survey_task
 from kbfuse.survey.settings import survey_settings
 from kbfuse.tasks.kernelbench import pin_kernelbench, pin_task
+from kbfuse.workflow import gpulock
 
 pytestmark = pytest.mark.gpu
 
@@ -31,14 +37,35 @@ def surveyed(tmp_path_factory):
     pin_kernelbench(url, commit, 2, [53], checkout, record)
     settings = survey_settings({"survey": SETTINGS})
     out = {}
-    for task, mode in ((1, "strict"), (1, "kernelbench-defaults"), (9, "strict"),
-                       (53, "strict"), (66, "strict")):  # fmt: skip
+    for task, modes in ((1, ("strict", "kernelbench-defaults")), (9, ("strict",)),
+                        (53, ("strict",)), (66, ("strict",))):  # fmt: skip
         pin = root / f"pin{task}.json"
         pin_task(checkout, record, task, pin)
-        path = root / f"{task}-{mode}.json"
-        run_survey_task(checkout, pin, settings, mode, path, print)
-        out[(task, mode)] = records.read_record(path, "survey_task")
+        paths = {mode: root / f"{task}-{mode}.json" for mode in modes}
+        run_survey_task(checkout, pin, settings, paths, print)
+        for mode, path in paths.items():
+            out[(task, mode)] = records.read_record(path, "survey_task")
     return out
+
+
+def test_the_gpu_lock_is_named_after_the_devices_uuid():
+    lock = gpulock.for_device("cuda")
+    assert re.fullmatch(r"kbfuse-gpu-GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.lock",
+                        lock.path.name)  # fmt: skip
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert lock.path.name.removeprefix("kbfuse-gpu-").removesuffix(".lock") in smi
+
+
+def test_calls_per_sample_are_sized_from_the_fastest_baseline(surveyed):
+    for (task, mode), rec in surveyed.items():
+        protocol = rec["timing_protocol"]
+        fastest = protocol["fastest_call_ms"]
+        assert fastest > 0, (task, mode)
+        assert protocol["invocations_per_pair"] == min(3, math.ceil(1.0 / fastest))
+    one_job = (surveyed[(1, "strict")], surveyed[(1, "kernelbench-defaults")])
+    assert all(r["job"] == {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"}
+               for r in one_job)  # fmt: skip
 
 
 def test_records_say_cuda_and_the_three_methods(surveyed):

@@ -7,8 +7,10 @@ training mode (66); the tests read the records it wrote, each valid against its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from pathlib import Path
 
 import pytest
 from survey_kbrepo import make_survey_repo
@@ -16,6 +18,8 @@ from survey_kbrepo import make_survey_repo
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json
 from kbfuse.results import records
+from kbfuse.survey import baselines as survey_baselines
+from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.job import run_survey_task, share_compile_caches
 from kbfuse.survey.settings import survey_settings
 from kbfuse.survey.tasks import read_task_list, write_task_list
@@ -45,7 +49,7 @@ def surveyed(tmp_path_factory):
         pin = pin_task(checkout, record, task, root / f"pin{task}.json")
         assert pin["tasks"][str(task)]["sha256"]
         out[task] = root / f"{task}.json"
-        run_survey_task(checkout, root / f"pin{task}.json", settings, "strict", out[task], print)
+        run_survey_task(checkout, root / f"pin{task}.json", settings, {"strict": out[task]}, print)
     return {task: records.read_record(path, "survey_task") for task, path in out.items()}, root
 
 
@@ -67,8 +71,16 @@ def test_every_record_names_task_file_pin_and_modes(surveyed):
         assert rec["device"] == "cpu" and rec["environment"]["device"] == "cpu"
         assert rec["timing_protocol"]["methods"] == ["wall"]
         assert rec["timing_protocol"]["rounds"] == ROUNDS
-        assert rec["precompiled"] is None  # no compile job ran first
-        assert set(rec["phases_s"]) == {"load", "reference", "baselines", "timing", "profile"}
+        assert rec["job"] == {"modes": ["strict"], "built_in": "strict"}
+        assert set(rec["phases_s"]) == {
+            "load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile"
+        }  # fmt: skip
+        protocol = rec["timing_protocol"]
+        assert protocol["max_invocations_per_pair"] == 2 and protocol["min_sample_ms"] == 1.0
+        # the fixture's tasks take microseconds on the CPU: the most calls per sample
+        assert protocol["fastest_call_ms"] > 0
+        calls = min(2, math.ceil(1.0 / protocol["fastest_call_ms"]))
+        assert protocol["invocations_per_pair"] == calls, task
 
 
 def test_untraceable_task_records_torchscript_build_failure_and_goes_on(surveyed):
@@ -182,19 +194,20 @@ def test_a_pin_of_another_task_file_is_refused_before_any_work(surveyed, tmp_pat
     (tmp_path / "pin.json").write_text(json.dumps(pin))
     settings = survey_settings({"survey": SETTINGS})
     with pytest.raises(KbfuseError, match=r"task 53 file .* changed after pinning"):
-        run_survey_task(root / "checkout", tmp_path / "pin.json", settings, "strict",
-                        tmp_path / "out.json")  # fmt: skip
+        run_survey_task(root / "checkout", tmp_path / "pin.json", settings,
+                        {"strict": tmp_path / "out.json"})  # fmt: skip
     assert not (tmp_path / "out.json").exists()
 
 
 def test_compile_caches_are_shared_under_one_folder(tmp_path, monkeypatch):
-    for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+    for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS"):
         monkeypatch.setenv(key, "unset")  # so that teardown restores the variable's absence
         monkeypatch.delenv(key)
     paths = share_compile_caches(tmp_path / "cache")
     assert paths == {
         "TORCHINDUCTOR_CACHE_DIR": str((tmp_path / "cache" / "inductor").resolve()),
         "TRITON_CACHE_DIR": str((tmp_path / "cache" / "triton").resolve()),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
     assert (tmp_path / "cache" / "triton").is_dir()
 
@@ -205,10 +218,84 @@ def test_eval_semantics_turn_dropout_off(surveyed, tmp_path):
         {"survey": {**SETTINGS, "semantics": "eval", "baselines": ["eager", "torchscript"]}}
     )
     out = tmp_path / "66-eval.json"
-    run_survey_task(root / "checkout", root / "pin66.json", settings, "strict", out, print)
+    run_survey_task(root / "checkout", root / "pin66.json", settings, {"strict": out}, print)
     rec = records.read_record(out, "survey_task")
     assert rec["semantics"] == "eval"
     assert rec["determinism"]["verdict"] == "deterministic"
     frozen = rec["baselines"]["torchscript"]
     assert frozen["status"] == "ok" and frozen["correctness"]["official_pass"] is True
     assert set(rec["ratios"]) == {"torchscript"}
+
+
+class SpyLock:
+    """A GPU lock that records how it was held (kbfuse.workflow.gpulock.GpuLock's interface)."""
+
+    def __init__(self):
+        self.events: list[str] = []
+        self.held = None
+        self.waited_s = 0.0
+        self.path = Path("spy.lock")
+
+    @contextlib.contextmanager
+    def _hold(self, how):
+        self.events.append(f"{how} in")
+        self.held = how
+        try:
+            yield
+        finally:
+            self.held = None
+            self.events.append(f"{how} out")
+
+    def shared(self):
+        return self._hold("shared")
+
+    def alone(self):
+        return self._hold("alone")
+
+
+def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
+    surveyed, tmp_path, monkeypatch
+):
+    import torch
+
+    _, root = surveyed
+    lock, seen = SpyLock(), []
+    real_time, real_build = survey_timing.time_baselines, survey_baselines.build
+
+    def time_baselines(runs, protocol, device, cold_l2, label, log):
+        seen.append(("time", label, lock.held, torch.backends.cudnn.allow_tf32))
+        return real_time(runs, protocol, device, cold_l2, label, log)
+
+    def build(name, *args):
+        seen.append(("build", name, lock.held, torch.backends.cudnn.allow_tf32))
+        return real_build(name, *args)
+
+    monkeypatch.setattr(survey_timing, "time_baselines", time_baselines)
+    monkeypatch.setattr(survey_baselines, "build", build)
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
+    run_survey_task(root / "checkout", root / "pin1.json", settings, outs, print, lock=lock)
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert seen == [
+        ("build", "eager", "shared", False),  # built once, in the first mode
+        ("build", "torchscript", "shared", False),
+        ("time", "survey/1/strict/kernelbench", "alone", False),
+        ("time", "survey/1/kernelbench-defaults/kernelbench", "alone", True),
+    ]
+    strict, defaults = (records.read_record(path, "survey_task") for path in outs.values())
+    assert strict["numerics"]["cudnn_tf32"] is False and defaults["numerics"]["cudnn_tf32"] is True
+    for rec in (strict, defaults):
+        assert rec["job"] == {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"}
+        assert rec["baselines"]["torchscript"]["correctness"]["official_pass"] is True
+        assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
+    assert (
+        strict["baselines"]["torchscript"]["build_s"]
+        == defaults["baselines"]["torchscript"]["build_s"]
+    )
+
+
+def test_a_job_needs_a_mode(surveyed, tmp_path):
+    _, root = surveyed
+    settings = survey_settings({"survey": SETTINGS})
+    with pytest.raises(KbfuseError, match="a survey job needs at least one numerics mode"):
+        run_survey_task(root / "checkout", root / "pin1.json", settings, {}, print)

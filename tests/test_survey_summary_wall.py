@@ -25,23 +25,30 @@ Elapsed time: 0:02:30.500000
 """
 
 
+PHASES = {"load": 1.0, "wait_shared": 2.0, "reference_and_builds": 12.0, "wait_alone": 3.0,
+          "timing": 10.0, "profile": 1.5}  # fmt: skip
+
+
 def survey_run(root: Path, log_line: bool = True) -> Path:
-    """Two strict jobs (tasks 1 and 53) as a survey run leaves them under root."""
-    for task, seconds, inside, builds in (
-        (1, 40.0, 31.5, (0.0, 2.0, 10.0)),
-        (53, 20.0, 12.0, (0.0, 1.0, 5.0)),
-    ):
-        rec = record(task=task)
-        for b, build in zip(("eager", "torchscript", "inductor"), builds, strict=True):
-            rec["baselines"][b]["build_s"] = build
-        write_records(root, [rec])
-        bench = root / "benchmarks/survey/strict" / f"{task}.tsv"
+    """Two jobs (tasks 1 and 53, both modes each) as a survey run leaves them under root."""
+    for task, seconds, inside, scale in ((1, 40.0, 31.5, 1.0), (53, 20.0, 12.0, 0.5)):
+        phases = {name: value * scale for name, value in PHASES.items()}
+        recs = [record(task=task, mode=mode) for mode in ("strict", "kernelbench-defaults")]
+        for rec in recs:
+            rec["phases_s"] = phases
+        write_records(root, recs)
+        bench = root / "benchmarks/survey" / f"{task}.tsv"
         bench.parent.mkdir(parents=True, exist_ok=True)
         bench.write_text(HEADER + f"{seconds}\t0:00:40\t1688\t19260\t1659\t1667\t95\t0\t52\t15\n")
-        log = root / "survey/strict/logs" / f"{task}.log"
+        log = root / "survey/logs/tasks" / f"{task}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        last = f"wrote results/survey/strict/tasks/{task}.json in {inside} s\n" if log_line else ""
-        log.write_text(f"task {task}, numerics strict\nbaseline eager: build\n{last}")
+        last = (
+            f"wrote 2 records (results/survey/strict/tasks/{task}.json, "
+            f"results/survey/kernelbench-defaults/tasks/{task}.json) in {inside} s\n"
+        )
+        log.write_text(
+            f"task {task}, numerics both\nbaseline eager: build\n{last if log_line else ''}"
+        )
     return root
 
 
@@ -50,30 +57,41 @@ def test_phases_per_job_and_totals(tmp_path):
     (tmp_path / "run.log").write_text(RUN_LOG)
     report = wall.survey_wall(root, tmp_path / "run.log")
     assert [
-        (j["task"], j["job_s"], j["startup_s"], j["compile_s"], j["timing_s"])
+        (j["task"], j["job_s"], j["startup_s"], j["reference_and_builds_s"], j["alone_s"])
         for j in report["jobs"]
-    ] == [(1, 40.0, 8.5, 12.0, 19.5), (53, 20.0, 8.0, 6.0, 6.0)]
+    ] == [(1, 40.0, 8.5, 12.0, 11.5), (53, 20.0, 8.0, 6.0, 5.75)]
     assert report["totals"] == {
         "job_s": 60.0,
         "startup_s": 16.5,
-        "compile_s": 18.0,
-        "timing_s": 25.5,
+        "load_s": 1.5,
+        "wait_shared_s": 3.0,
+        "reference_and_builds_s": 18.0,
+        "wait_alone_s": 4.5,
+        "timing_s": 15.0,
+        "profile_s": 2.25,
+        "alone_s": 17.25,
     }
     assert report["wall_s"] == 150.5
     assert report["parallelism"] == pytest.approx(60.0 / 150.5)
     text = wall.report_markdown(report)
-    assert (
-        "| startup | 16.5 | 28% |" in text
-        and "| strict | 1 | 40.0 | 8.5 | 12.0 | 19.5 |  |" in text
-    )
+    assert "| startup | 16.5 | 28% |" in text
+    assert "| 1 | 40.0 | 8.5 | 12.0 | 2.0 | 3.0 | 11.5 |  |" in text
 
 
 def test_without_the_log_line_startup_is_unknown_and_said(tmp_path):
     report = wall.survey_wall(survey_run(tmp_path, log_line=False))
     job = report["jobs"][0]
-    assert job["startup_s"] is None and job["timing_s"] == 28.0
-    assert job["notes"] == "no 'wrote ... in N s' line in the log: start-up counted in timing"
+    assert job["startup_s"] is None and job["timing_s"] == 10.0
+    assert job["notes"] == "no 'wrote ... in N s' line in the log: start-up unknown"
     assert report["totals"]["startup_s"] is None and report["wall_s"] is None
+
+
+def test_a_job_without_records_is_said(tmp_path):
+    bench = tmp_path / "benchmarks/survey/7.tsv"
+    bench.parent.mkdir(parents=True)
+    bench.write_text(HEADER + "3.0\t0:00:03\t1\t1\t1\t1\t0\t0\t0\t1\n")
+    job = wall.survey_wall(tmp_path)["jobs"][0]
+    assert job["alone_s"] is None and job["notes"].startswith("no record (job failed?)")
 
 
 def test_run_wall_falls_back_to_timestamps(tmp_path):
@@ -88,7 +106,7 @@ def test_run_wall_falls_back_to_timestamps(tmp_path):
 def test_no_survey_and_a_bad_benchmark_file_are_refused(tmp_path):
     with pytest.raises(KbfuseError, match="no survey benchmark files under"):
         wall.survey_wall(tmp_path)
-    bad = tmp_path / "benchmarks/survey/strict/1.tsv"
+    bad = tmp_path / "benchmarks/survey/1.tsv"
     bad.parent.mkdir(parents=True)
     bad.write_text("x\ty\n")
     with pytest.raises(KbfuseError, match=r"1\.tsv: no wall seconds \(column s\)"):
@@ -101,5 +119,5 @@ def test_the_script_prints_and_writes_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["survey_wall.py", "--results", str(root), "--json", str(out)])
     with pytest.raises(SystemExit, match="0"):
         runpy.run_path(str(SCRIPT), run_name="__main__")
-    assert "| compile | 18.0 | 30% |" in capsys.readouterr().out
+    assert "| reference_and_builds | 18.0 | 30% |" in capsys.readouterr().out
     assert json.loads(out.read_text())["totals"]["job_s"] == 60.0

@@ -15,7 +15,7 @@ from kbfuse.survey import timing as survey_timing
 
 def test_defaults_fill_a_missing_survey_block_and_keep_given_keys():
     filled = settings.survey_settings({"survey": {"rounds": 5}})
-    assert filled["rounds"] == 5 and filled["tasks"] == "all" and filled["precompile"] is False
+    assert filled["rounds"] == 5 and filled["tasks"] == "all" and filled["min_sample_ms"] == 1.0
     assert settings.survey_settings({}) == settings.DEFAULTS
     assert settings.survey_settings({}) is not settings.DEFAULTS
 
@@ -102,6 +102,7 @@ def test_profile_rows_are_per_forward_and_longest_first():
 
 def test_check_protocol_names_the_bad_key():
     good = dict(settings.DEFAULTS)
+    assert good["min_sample_ms"] == 1.0
     assert survey_timing.check_protocol(good) == {
         "warmup": 3,
         "rounds": 30,
@@ -112,6 +113,51 @@ def test_check_protocol_names_the_bad_key():
         survey_timing.check_protocol({**good, "rounds": 0})
     with pytest.raises(KbfuseError, match=r"survey.cold_l2 is 'yes': it must be true or false"):
         survey_timing.check_protocol({**good, "cold_l2": "yes"})
+    for bad in (0, -1.0, True, "1"):
+        with pytest.raises(KbfuseError, match=r"survey.min_sample_ms is .*: it must be a number"):
+            survey_timing.check_protocol({**good, "min_sample_ms": bad})
+    assert survey_timing.check_protocol({**good, "min_sample_ms": None})["rounds"] == 30
+
+
+def test_calls_per_sample_follow_the_fastest_baseline(monkeypatch):
+    per_call = {"eager": 0.3, "inductor": 0.12}
+    runs = {name: (lambda name=name: name) for name in per_call}
+    monkeypatch.setattr(survey_timing, "per_call_ms", lambda run, device: per_call[run()])
+    protocol = {"warmup": 3, "rounds": 30, "invocations_per_pair": 10, "order_seed": 913}
+    sized, fields = survey_timing.sized_protocol(runs, protocol, "cuda", 1.0)
+    # ceil(1.0 / 0.12) = 9 calls make a sample of the fastest last at least 1 ms
+    assert sized == {**protocol, "invocations_per_pair": 9}
+    assert fields == {"max_invocations_per_pair": 10, "min_sample_ms": 1.0,
+                      "fastest_call_ms": 0.12, "invocations_per_pair": 9}  # fmt: skip
+    per_call.update(eager=5.0, inductor=2.5)  # slow tasks: one call per sample
+    assert survey_timing.sized_protocol(runs, protocol, "cuda", 1.0)[0]["invocations_per_pair"] == 1
+    per_call.update(eager=0.01, inductor=0.004)  # capped at invocations_per_pair
+    assert (
+        survey_timing.sized_protocol(runs, protocol, "cuda", 1.0)[0]["invocations_per_pair"] == 10
+    )
+    # null: the study's fixed count, nothing called
+    monkeypatch.setattr(survey_timing, "per_call_ms", lambda run, device: 1 / 0)
+    sized, fields = survey_timing.sized_protocol(runs, protocol, "cuda", None)
+    assert sized == protocol and fields["fastest_call_ms"] is None
+
+
+def test_a_baseline_that_raises_is_left_out_of_the_sizing(monkeypatch):
+    def broken():
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(survey_timing, "per_call_ms", lambda run, device: run())
+    protocol = {"warmup": 1, "rounds": 2, "invocations_per_pair": 8, "order_seed": 1}
+    runs = {"eager": lambda: 0.5, "inductor": broken}
+    assert survey_timing.sized_protocol(runs, protocol, "cpu", 1.0)[0]["invocations_per_pair"] == 2
+    only_broken = {"inductor": broken}
+    sized, fields = survey_timing.sized_protocol(only_broken, protocol, "cpu", 1.0)
+    assert sized["invocations_per_pair"] == 8 and fields["fastest_call_ms"] is None
+
+
+def test_per_call_ms_times_calls_after_a_warm_one():
+    calls = []
+    ms = survey_timing.per_call_ms(lambda: calls.append(1), "cpu", calls=4)
+    assert len(calls) == 5 and 0 <= ms < 50
 
 
 def test_methods_follow_the_device():

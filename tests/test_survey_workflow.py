@@ -1,8 +1,9 @@
 """The survey end to end through Snakemake, on the CPU, on the KernelBench-shaped fixture.
 
-`survey_records` builds one record per task and numerics mode; an unchanged tree has nothing
-to do; editing one task file, adding a task or changing the protocol reruns exactly the jobs
-that depend on it; bad survey configs stop Snakemake before any job, naming the key.
+`survey_records` runs one job per task, which writes one record per numerics mode; an
+unchanged tree has nothing to do; editing one task file, adding a task or changing the
+protocol reruns exactly the jobs that depend on it; bad survey configs stop Snakemake before
+any job, naming the key.
 """
 
 from __future__ import annotations
@@ -84,13 +85,13 @@ def settled(surveyed, tmp_path):
     return copy, copy / overlay.name, repo
 
 
-def test_survey_records_runs_one_job_per_task_and_mode(surveyed):
+def test_survey_records_runs_one_job_per_task(surveyed):
     workdir, _, jobs, _ = surveyed
     assert jobs == {
         ("kernelbench_checkout", ""),
         ("survey_task_list", ""),
         *{("survey_pin", f"survey_task={t}") for t in (1, 7, 66)},
-        *{("survey_task", f"numerics=strict, survey_task={t}") for t in (1, 7, 66)},
+        *{("survey_task", f"survey_task={t}") for t in (1, 7, 66)},
         ("survey_records", ""),
     }
     for task in (1, 7, 66):
@@ -98,8 +99,9 @@ def test_survey_records_runs_one_job_per_task_and_mode(surveyed):
             workdir / f"results/survey/strict/tasks/{task}.json", "survey_task"
         )
         assert rec["task"] == task and rec["numerics"]["mode"] == "strict"
-        log = (workdir / f"results/survey/strict/logs/{task}.log").read_text()
-        assert "timing wall: ['eager'" in log and "wrote results/survey/strict" in log
+        log = (workdir / f"results/survey/logs/tasks/{task}.log").read_text()
+        assert "timing wall: ['eager'" in log
+        assert f"wrote 1 records (results/survey/strict/tasks/{task}.json)" in log
     assert read_json(workdir / "results/survey/task_list.json")["tasks"] == {
         "1": "1_Conv2D_ReLU_BiasAdd.py",
         "7": "7_Gemm_Scale_By_Int.py",
@@ -119,7 +121,7 @@ def test_editing_one_task_file_reruns_that_task_only(settled):
     task_file.write_text(task_file.read_text().replace("range(repeats)", "range(repeats + 1)"))
     assert run(workdir, overlay, dry=True) == {
         ("survey_pin", "survey_task=7"),
-        ("survey_task", "numerics=strict, survey_task=7"),
+        ("survey_task", "survey_task=7"),
         ("survey_records", ""),
     }
 
@@ -130,7 +132,7 @@ def test_adding_a_task_adds_only_that_tasks_jobs(settled):
     assert run(workdir, more) == {
         ("survey_task_list", ""),
         ("survey_pin", "survey_task=23"),
-        ("survey_task", "numerics=strict, survey_task=23"),
+        ("survey_task", "survey_task=23"),
         ("survey_records", ""),
     }
 
@@ -139,45 +141,26 @@ def test_changing_the_protocol_reruns_every_task_job_but_no_pin(settled):
     workdir, overlay, repo = settled
     longer = _overlay(workdir, *repo, name="longer.yaml", rounds=3)
     assert run(workdir, longer, dry=True) == {
-        *{("survey_task", f"numerics=strict, survey_task={t}") for t in (1, 7, 66)},
+        *{("survey_task", f"survey_task={t}") for t in (1, 7, 66)},
         ("survey_records", ""),
     }
 
 
-def test_a_second_numerics_mode_adds_its_records_only(settled):
+def test_a_second_numerics_mode_reruns_each_tasks_one_job(settled):
     workdir, overlay, repo = settled
-    both = _overlay(workdir, *repo, name="both.yaml", numerics=["strict", "kernelbench-defaults"])
-    assert run(workdir, both, dry=True) == {
-        *{("survey_task", f"numerics=kernelbench-defaults, survey_task={t}") for t in (1, 7, 66)},
-        ("survey_records", ""),
-    }
-
-
-def test_inductor_is_compiled_by_its_own_job_before_the_timing_job(settled):
-    workdir, overlay, repo = settled
-    compiled = _overlay(workdir, *repo, name="inductor.yaml", tasks=[53],
-                        baselines=["eager", "inductor"], precompile=True)  # fmt: skip
-    assert run(workdir, compiled) == {
+    both = _overlay(workdir, *repo, name="both.yaml", tasks=[53],
+                    numerics=["strict", "kernelbench-defaults"])  # fmt: skip
+    assert run(workdir, both) == {
         ("survey_task_list", ""),
         ("survey_pin", "survey_task=53"),
-        ("survey_compile", "numerics=strict, survey_task=53"),
-        ("survey_task", "numerics=strict, survey_task=53"),
+        ("survey_task", "survey_task=53"),
         ("survey_records", ""),
     }
-    first = read_json(workdir / "results/survey/strict/compiled/53.json")
-    assert first["baselines"]["inductor"]["status"] == "ok"
-    rec = records.read_record(workdir / "results/survey/strict/tasks/53.json", "survey_task")
-    assert rec["precompiled"] == {
-        "inductor": {"status": "ok", "build_s": first["baselines"]["inductor"]["build_s"]}
-    }
-    assert rec["baselines"]["inductor"]["status"] == "ok"
-    # one FX-graph cache lookup in each job, counted (whether the timing job's is a hit is
-    # what the counters are for: on the CPU its key differs from the compile job's)
-    assert first["compile_cache"]["fxgraph_cache_miss"] == 1
-    assert sum(rec["compile_cache"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")) == 1
-    assert any((workdir / "results/survey/.cache/inductor").iterdir())
-    log = (workdir / "results/survey/strict/logs/53.compile.log").read_text()
-    assert "task 53 strict: compiling inductor" in log
+    for mode, tf32 in (("strict", False), ("kernelbench-defaults", True)):
+        rec = records.read_record(workdir / f"results/survey/{mode}/tasks/53.json", "survey_task")
+        assert rec["numerics"]["cudnn_tf32"] is tf32
+        assert rec["job"] == {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"}
+    assert (workdir / "results/benchmarks/survey/53.tsv").is_file()
 
 
 def test_tasks_all_lists_every_level_2_task_at_the_pin(settled):
@@ -201,21 +184,16 @@ def _job_blocks(stdout: str, rule: str) -> list[str]:
     return found
 
 
-def test_survey_jobs_ask_for_the_gpu_on_cuda_and_not_on_cpu(settled):
+def test_survey_jobs_share_the_gpu_up_to_the_profiles_cap(settled):
     workdir, overlay, repo = settled
-    gpu = _overlay(workdir, *repo, name="gpu.yaml", device="cuda", rounds=5,
-                   baselines=["eager", "inductor"], precompile=True)  # fmt: skip
+    gpu = _overlay(workdir, *repo, name="gpu.yaml", device="cuda", rounds=5)
     proc = snakemake(workdir, "--dry-run", "--cores", "1", "survey_records", "--configfile",
                      str(gpu))  # fmt: skip
     blocks = _job_blocks(proc.stdout, "survey_task")
-    assert len(blocks) == 3 and all("gpu=1" in b for b in blocks)
-    # the compile jobs run beside the timing jobs: they do not take the GPU resource
-    compiles = _job_blocks(proc.stdout, "survey_compile")
-    assert len(compiles) == 3 and not any("gpu=1" in b for b in compiles)
-    proc = snakemake(workdir, "--dry-run", "--cores", "1", "survey_records", "--configfile",
-                     str(_overlay(workdir, *repo, name="cpu.yaml", rounds=5)))  # fmt: skip
-    blocks = proc.stdout.split("rule survey_task:")[1:]
-    assert len(blocks) == 3 and all("gpu=0" in b.split("\n\n")[0] for b in blocks)
+    # gpu_jobs, not gpu: the survey's jobs run side by side, timing alone under the GPU lock
+    assert len(blocks) == 3 and all("gpu_jobs=1" in b and "gpu=" not in b for b in blocks)
+    profile = yaml.safe_load((workdir / "profiles/default/config.yaml").read_text())
+    assert "gpu_jobs=6" in profile["resources"] and "gpu=1" in profile["resources"]
 
 
 @pytest.mark.parametrize(

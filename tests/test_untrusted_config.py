@@ -178,7 +178,7 @@ OVERRIDES = [
     ),
     ("survey.cold_l2", "survey={cold_l2: false}", ("survey", "cold_l2"), False),
     ("survey.profile", "survey={profile: false}", ("survey", "profile"), False),
-    ("survey.precompile", "survey={precompile: false}", ("survey", "precompile"), False),
+    ("survey.min_sample_ms", "survey={min_sample_ms: null}", ("survey", "min_sample_ms"), None),
 ]
 
 

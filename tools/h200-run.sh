@@ -99,7 +99,7 @@ if has survey; then
 fi
 stamp pack
 tar czf "$OUT/results.tar.gz" --exclude=results/kernelbench/checkout --exclude=results/report.html \
-  results .snakemake/metadata 2>/dev/null
+  --exclude=results/survey/.cache results .snakemake/metadata .snakemake/log 2>/dev/null
 cat "$OUT/phases.txt"
 tar czf "$RETURN/out.tar.gz" -C "$OUT" .
 cp "$OUT/phases.txt" "$RETURN/" 2>/dev/null

@@ -1,5 +1,5 @@
-# The survey of KernelBench level-2 tasks (config key survey; config/README.md): one record per
-# task and numerics mode, results/survey/{numerics}/tasks/{task}.json. The task list is a
+# The survey of KernelBench level-2 tasks (config key survey; config/README.md): one job per
+# task, one record per task and numerics mode, results/survey/{numerics}/tasks/{task}.json. The task list is a
 # checkpoint (survey.tasks: all is resolved against the pinned checkout); each task is pinned
 # on its own (its file's sha256 a param, so editing one task file reruns that task only), and
 # the per-task jobs' params leave out the task list, so adding a task reruns nothing else.
@@ -40,48 +40,29 @@ rule survey_pin:
         "../scripts/survey_pin.py"
 
 
-# Inductor's compile, ahead of the timing job and beside other jobs: no gpu resource.
-rule survey_compile:
+# One job per task makes every numerics mode's record (the baselines built once). Up to
+# `gpu_jobs` of them share the GPU (the default profile's cap); each times alone under the GPU
+# lock (kbfuse.workflow.gpulock), so their start-up and builds overlap but no timing does.
+rule survey_task:
     input:
         checkout=SURVEY_CHECKOUT,
         pin=layout.file("survey_pin"),
-        code=SURVEY_COMPILE_CODE,
+        code=SURVEY_CODE,
     output:
-        layout.file("survey_compiled"),
-    log:
-        layout.file("survey_compile_log"),
-    benchmark:
-        layout.benchmark("survey/{numerics}/{survey_task}.compile")
-    wildcard_constraints:
-        survey_task="[1-9][0-9]*",
-        numerics="strict|kernelbench-defaults",
-    conda:
-        ENV
-    params:
-        settings=SURVEY_JOB_SETTINGS,
-        cache=layout.file("survey_cache"),
-    script:
-        "../scripts/survey_compile.py"
-
-
-rule survey_task:
-    input:
-        unpack(survey_task_inputs),
-    output:
-        layout.file("survey_record"),
+        SURVEY_TASK_RECORDS,
     log:
         layout.file("survey_log"),
     benchmark:
-        layout.benchmark("survey/{numerics}/{survey_task}")
+        layout.benchmark("survey/{survey_task}")
     wildcard_constraints:
         survey_task="[1-9][0-9]*",
-        numerics="strict|kernelbench-defaults",
     conda:
         ENV
     resources:
-        gpu=1 if SURVEY["device"] == "cuda" else 0,
+        gpu_jobs=1,
     params:
         settings=SURVEY_JOB_SETTINGS,
+        modes=SURVEY["numerics"],
         cache=layout.file("survey_cache"),
     script:
         "../scripts/survey_task.py"

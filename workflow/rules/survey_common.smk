@@ -1,6 +1,5 @@
 # Settings and input functions of the survey's rules (survey.smk).
 from kbfuse import layout
-from kbfuse.survey.precompile import compiled_baselines
 from kbfuse.survey.settings import survey_settings
 from kbfuse.survey.tasks import (
     check_tasks_at_checkout,
@@ -18,15 +17,17 @@ try:
 except KbfuseError as exc:
     sys.exit(f"kbfuse: {exc}")
 SURVEY_CHECKOUT = layout.file("checkout")
-SURVEY_PRECOMPILE = bool(
-    SURVEY["precompile"] and compiled_baselines(SURVEY["baselines"])
-)
 SURVEY_JOB_SETTINGS = {
     k: v for k, v in SURVEY.items() if k not in ("tasks", "numerics")
 }
+# A task's job writes the record of every configured numerics mode.
+SURVEY_TASK_RECORDS = expand(
+    layout.file("survey_record"),
+    numerics=SURVEY["numerics"],
+    survey_task="{survey_task}",
+)
 # What the jobs run (not the summary's modules: editing those reruns no GPU job).
 SURVEY_CODE = module_files("survey.job", "workflow.jobs")
-SURVEY_COMPILE_CODE = module_files("survey.precompile", "workflow.jobs")
 
 
 def survey_task_list():
@@ -45,21 +46,6 @@ def survey_pin_sha256(wildcards):
     return task_file_sha256(
         SURVEY_CHECKOUT, config["kernelbench"]["level"], int(wildcards.survey_task)
     )
-
-
-def survey_task_inputs(wildcards):
-    inputs = {
-        "checkout": SURVEY_CHECKOUT,
-        "pin": layout.file("survey_pin", survey_task=wildcards.survey_task),
-        "code": SURVEY_CODE,
-    }
-    if SURVEY_PRECOMPILE:
-        inputs["compiled"] = layout.file(
-            "survey_compiled",
-            numerics=wildcards.numerics,
-            survey_task=wildcards.survey_task,
-        )
-    return inputs
 
 
 def survey_record_files(wildcards):

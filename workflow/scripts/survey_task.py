@@ -6,20 +6,18 @@ from kbfuse.workflow.jobs import job
 
 share_compile_caches(snakemake.params.cache)  # before torch is imported
 settings = snakemake.params.settings
-with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda"):
+with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda", gpu_lock=False):
     run_survey_task(
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,
         settings=settings,
-        mode=snakemake.wildcards.numerics,
-        out=snakemake.output[0],
+        outs=dict(zip(snakemake.params.modes, snakemake.output, strict=True)),
         say=lambda line: print(line, flush=True),
-        precompiled=snakemake.input.get("compiled"),
     )
 
-# The record is written and the log closed: leave without Python's interpreter teardown. On the
-# H200 that teardown once aborted a finished job ("double free or corruption" after task 17's
-# record was written, docs/device-runs.md), which turned a complete record into a failed job.
+# The records are written and the log closed: leave without Python's interpreter teardown. On
+# the H200 that teardown once aborted a finished job ("double free or corruption" after task
+# 17's record was written, docs/device-runs.md), which turned complete records into a failed job.
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(0)

@@ -113,6 +113,15 @@ def device_count() -> int:
     return int(_call(driver, "cuDeviceGetCount", "cuDeviceGetCount"))
 
 
+def device_uuid(ordinal: int = 0) -> str:
+    """GPU `ordinal`'s UUID as nvidia-smi writes it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx):
+    the same physical GPU under any CUDA_VISIBLE_DEVICES numbering."""
+    driver = _initialised()
+    device = _call(driver, f"cuDeviceGet({ordinal})", "cuDeviceGet", ordinal)
+    raw = bytes(_call(driver, "cuDeviceGetUuid", "cuDeviceGetUuid", device).bytes).hex()
+    return f"GPU-{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:32]}"
+
+
 def compute_capability(ordinal: int = 0) -> tuple[int, int]:
     """(major, minor) compute capability of GPU `ordinal`; NoCudaDevice where there is none."""
     driver = _initialised()

@@ -1,13 +1,21 @@
-"""One survey job: one task, one numerics mode, one `survey_task` record.
+"""One survey job: one task, every configured numerics mode, one `survey_task` record per mode.
 
-`run_survey_task` loads the pinned task (its sha256 re-checked), seeds and instantiates it as
-KernelBench does, puts the numerics mode in force, then, in order: eager's reference output
-and its statistics, the determinism check, FLOPs and bytes, the blind spots, each configured
-baseline (build, correctness against eager), the timing of every baseline that passed those
-stages, their kernel profiles, the ratios. A baseline failing at any stage is recorded with
-that stage and the job goes on; if eager itself fails, the record says so and holds no
-measurement. The record is validated against its schema before it is written (atomically),
-so a record on disk always follows the contract. Progress lines go to `log` (the job log).
+`run_survey_task` loads the pinned task (its sha256 re-checked) and seeds and instantiates it
+as KernelBench does. Then, sharing the GPU with other survey jobs (kbfuse.workflow.gpulock),
+for each numerics mode in turn: the mode's TF32 switches, eager's reference output and its
+statistics, the determinism check, FLOPs and bytes, the blind spots and each baseline's
+correctness against eager. The baselines are built once, under the first mode whose eager
+forward ran (TF32 is a run-time switch of cuBLAS and cuDNN, read at each call: a traced or
+compiled forward follows the mode in force), and the record says in which mode (`job`). Then,
+alone on the GPU, for each mode: the timing of every baseline that passed those stages, their
+kernel profiles, the ratios. A baseline failing at any stage is recorded with that stage and
+the job goes on; if eager itself fails in a mode, that mode's record says so and holds no
+measurement. Every record is validated against its schema before any is written (each
+atomically), so a record on disk always follows the contract. Progress lines go to `say`.
+
+One job for all modes, rather than one per mode, pays the process start-up and the builds
+(Inductor's compile above all) once per task; the GPU lock lets those overlap other jobs'
+while keeping every timing alone on the device.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kbfuse.errors import KbfuseError
-from kbfuse.io import jsonable, read_json, write_json
+from kbfuse.io import jsonable, write_json
 from kbfuse.results import records
 from kbfuse.survey import baselines, blindspots, correctness, determinism, flops, profile, tasks
 from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.settings import set_numerics
 from kbfuse.tasks.kernelbench import load_task, read_pin
+from kbfuse.workflow import gpulock
 
 KIND = "survey_task"
 SCHEMA_VERSION = 1
@@ -33,14 +42,17 @@ SCHEMA_VERSION = 1
 
 def share_compile_caches(root) -> dict:
     """Point Inductor's and Triton's on-disk caches at one folder under `root`, shared by every
-    survey job (an FX graph or Triton kernel compiled once serves all later jobs and reruns).
-    Call before torch is imported; variables already set are left alone."""
+    survey job (an FX graph or Triton kernel compiled once serves all later jobs and reruns),
+    and let Inductor compile in the job's own process: several survey jobs run at once, and a
+    pool of compile workers in each (one per core, each importing torch) would only crowd the
+    machine. Call before torch is imported; variables already set are left alone."""
     root = Path(root).resolve()
     paths = {"TORCHINDUCTOR_CACHE_DIR": root / "inductor", "TRITON_CACHE_DIR": root / "triton"}
     for key, path in paths.items():
         path.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault(key, str(path))
-    return {key: os.environ[key] for key in paths}
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    return {key: os.environ[key] for key in (*paths, "TORCHINDUCTOR_COMPILE_THREADS")}
 
 
 def environment(device: str) -> dict:
@@ -81,9 +93,8 @@ def _fail(entry: dict, stage: str, exc: BaseException, say) -> None:
 class _Task:
     """The loaded task and the settings of this job, with its progress log."""
 
-    def __init__(self, checkout, pin_path, settings: dict, mode: str, say):
+    def __init__(self, checkout, pin_path, settings: dict, say):
         self.settings = settings
-        self.mode = mode
         self.device = settings["device"]
         self.seed = settings["seed"]
         self.semantics = settings["semantics"]
@@ -110,58 +121,18 @@ class _Task:
         }
 
 
-def _measure_baselines(t: _Task, model, inputs, reference) -> tuple[dict, dict]:
-    """(entries per baseline, runs of those still ok)."""
-    entries, runs = {}, {}
-    for name in t.settings["baselines"]:
-        entry = entries[name] = _baseline_entry()
-        t.say(f"baseline {name}: build")
-        try:
-            run, entry["build_s"] = baselines.build(
-                name, model, inputs, t.semantics, _sync(t.device)
-            )
-        except Exception as exc:  # noqa: BLE001 - recorded, the survey goes on
-            _fail(entry, "build", exc, t.say)
-            continue
-        t.say(f"baseline {name}: built in {entry['build_s']:.2f} s; correctness")
-        try:
-            entry["correctness"] = correctness.compare(
-                reference, determinism.seeded_call(run, t.seed)
-            )
-        except Exception as exc:  # noqa: BLE001
-            _fail(entry, "correctness", exc, t.say)
-            continue
-        runs[name] = run
-    return entries, runs
+class _Mode:
+    """One numerics mode of the job: its record and the baselines still ok in it."""
 
-
-def _time(t: _Task, entries: dict, runs: dict) -> dict:
-    """Time every baseline still ok; returns the ratios. A baseline failing here is marked."""
-    label = f"survey/{t.task}/{t.mode}/{t.semantics}"
-    t.say(f"timing {list(runs)} ({survey_timing.methods(t.device, t.settings['cold_l2'])})")
-    timing, ratios, failures = survey_timing.time_baselines(
-        runs, t.protocol, t.device, t.settings["cold_l2"], label, t.say
-    )
-    for name, figures in timing.items():
-        if name in failures:
-            entries[name].update(status="failed", failure=failures[name])
-            runs.pop(name)
-        else:
-            entries[name]["timing"] = figures
-    return ratios
-
-
-def _profile(t: _Task, entries: dict, runs: dict) -> None:
-    for name, run in runs.items():
-        t.say(f"profile {name}")
-        try:
-            entries[name]["kernels"] = profile.kernels(run, t.device)
-        except Exception as exc:  # noqa: BLE001
-            _fail(entries[name], "profile", exc, t.say)
+    def __init__(self, name: str, record: dict):
+        self.name = name
+        self.record = record
+        self.runs: dict[str, Callable[[], object]] = {}
+        self.reference = None
 
 
 class Phases:
-    """Seconds spent in each phase of the job (the record's `phases_s`)."""
+    """Seconds spent in each phase of the job (the records' `phases_s`)."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
@@ -175,7 +146,7 @@ class Phases:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
-def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> dict:
+def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> None:
     entries = {name: _baseline_entry() for name in t.settings["baselines"]}
     for entry in entries.values():
         _fail(entry, stage, exc, t.say)
@@ -183,74 +154,170 @@ def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> dic
         output=None, determinism=None, flops=None, bytes=None, blind_spots=None,
         blind_spot=False, baselines=entries, ratios={},
     )  # fmt: skip
+
+
+def _reference(t: _Task, m: _Mode, eager, model, inputs) -> bool:
+    """Eager's output in mode `m` and what is learnt from it; False when eager failed."""
+    record = m.record
+    try:
+        m.reference = determinism.seeded_call(eager, t.seed)
+        record["output"] = correctness.output_stats(m.reference)
+    except Exception as exc:  # noqa: BLE001 - the record says eager failed
+        _eager_failed(t, record, "build", exc)
+        return False
+    t.say(f"{m.name}: determinism, flops, blind spots")
+    record["determinism"] = determinism.check(eager, t.seed)
+    record["flops"] = flops.count(eager)
+    record["bytes"] = flops.sizes(model, inputs, m.reference)
+    record["blind_spots"] = blindspots.check(m.reference, inputs)
+    record["blind_spot"] = blindspots.any_passes(record["blind_spots"])
+    return True
+
+
+def _build(t: _Task, model, inputs) -> dict[str, tuple]:
+    """name -> (run, build_s, None) or (None, None, the exception that stopped its build)."""
+    builds = {}
+    for name in t.settings["baselines"]:
+        t.say(f"baseline {name}: build")
+        try:
+            run, build_s = baselines.build(name, model, inputs, t.semantics, _sync(t.device))
+        except Exception as exc:  # noqa: BLE001 - recorded, the survey goes on
+            builds[name] = (None, None, exc)
+            continue
+        t.say(f"baseline {name}: built in {build_s:.2f} s")
+        builds[name] = (run, build_s, None)
+    return builds
+
+
+def _check(t: _Task, m: _Mode, builds: dict[str, tuple]) -> None:
+    """Each built baseline against eager in mode `m`; those that pass stay in `m.runs`."""
+    entries = m.record["baselines"] = {}
+    for name, (run, build_s, exc) in builds.items():
+        entry = entries[name] = _baseline_entry()
+        entry["build_s"] = build_s
+        if run is None:
+            _fail(entry, "build", exc, t.say)
+            continue
+        try:
+            entry["correctness"] = correctness.compare(
+                m.reference, determinism.seeded_call(run, t.seed)
+            )
+        except Exception as exc:  # noqa: BLE001
+            _fail(entry, "correctness", exc, t.say)
+            continue
+        m.runs[name] = run
+
+
+def _time(t: _Task, m: _Mode) -> None:
+    """Time every baseline still ok in mode `m`: its ratios and protocol (with the calls per
+    sample this task got) into its record; a baseline failing here is marked."""
+    entries, runs = m.record["baselines"], m.runs
+    protocol, sizing = survey_timing.sized_protocol(
+        runs, t.protocol, t.device, t.settings["min_sample_ms"]
+    )
+    m.record["timing_protocol"].update(sizing)
+    label = f"survey/{t.task}/{m.name}/{t.semantics}"
+    t.say(f"{m.name}: timing {list(runs)}, {protocol['invocations_per_pair']} calls per sample")
+    timing, ratios, failures = survey_timing.time_baselines(
+        runs, protocol, t.device, t.settings["cold_l2"], label, t.say
+    )
+    for name, figures in timing.items():
+        if name in failures:
+            entries[name].update(status="failed", failure=failures[name])
+            runs.pop(name)
+        else:
+            entries[name]["timing"] = figures
+    m.record["ratios"] = ratios
+
+
+def _profile(t: _Task, m: _Mode) -> None:
+    for name, run in m.runs.items():
+        t.say(f"{m.name}: profile {name}")
+        try:
+            m.record["baselines"][name]["kernels"] = profile.kernels(run, t.device)
+        except Exception as exc:  # noqa: BLE001
+            _fail(m.record["baselines"][name], "profile", exc, t.say)
+
+
+def _new_record(t: _Task, mode: str, phases: Phases, job: dict) -> dict:
+    record = t.header()
+    record["numerics"] = set_numerics(mode)
+    record["device"] = t.device
+    record["environment"] = environment(t.device)
+    record["timing_protocol"] = {
+        **t.protocol,
+        **survey_timing.unsized(t.protocol, t.settings["min_sample_ms"]),
+        "methods": survey_timing.methods(t.device, t.settings["cold_l2"]),
+    }
+    record["job"] = job
+    record["phases_s"] = phases.seconds
     return record
 
 
-def survey_task(checkout, pin_path, settings: dict, mode: str, say=print, precompiled=None):
-    """The `survey_task` record of the pinned task in `pin_path` (not written).
-
-    `precompiled`: the survey_compile record of this task and mode, when a separate job
-    compiled its Inductor baselines first (its cold build times are kept in the record)."""
+def survey_task(
+    checkout, pin_path, settings: dict, modes: list[str], say=print, lock=None
+) -> dict[str, dict]:
+    """The `survey_task` records (not written) of the pinned task in `pin_path`, one per
+    numerics mode in `modes`. `lock`: the GPU lock (kbfuse.workflow.gpulock), by default the
+    one of the configured device."""
+    if not modes:
+        raise KbfuseError("a survey job needs at least one numerics mode")
     phase = Phases()
     with phase("load"):
-        t = _Task(checkout, pin_path, settings, mode, say)
-        say(f"task {t.task} ({t.spec.name}), numerics {mode}, semantics {t.semantics}, {t.device}")
-        record = t.header()
-        record["numerics"] = set_numerics(mode)
-        record["device"] = t.device
-        record["environment"] = environment(t.device)
-        record["timing_protocol"] = {
-            **t.protocol,
-            "methods": survey_timing.methods(t.device, settings["cold_l2"]),
-        }
-        record["precompiled"] = precompiled_builds(precompiled)
-        record["phases_s"] = phase.seconds
-        model, inputs = tasks.instantiate(t.spec, t.seed, t.semantics, t.device)
-        record["inputs"] = tasks.describe_inputs(inputs)
-    with phase("reference"):
-        eager = baselines.make("eager", model, inputs, t.semantics)
-        try:
-            reference = determinism.seeded_call(eager, t.seed)
-            record["output"] = correctness.output_stats(reference)
-        except Exception as exc:  # noqa: BLE001 - the record says eager failed
-            return _eager_failed(t, record, "build", exc)
-        say("determinism, flops, blind spots")
-        record["determinism"] = determinism.check(eager, t.seed)
-        record["flops"] = flops.count(eager)
-        record["bytes"] = flops.sizes(model, inputs, reference)
-        record["blind_spots"] = blindspots.check(reference, inputs)
-        record["blind_spot"] = blindspots.any_passes(record["blind_spots"])
-    with phase("baselines"):
-        entries, runs = _measure_baselines(t, model, inputs, reference)
-    record["baselines"] = entries
-    record["compile_cache"] = baselines.compile_cache_counts()
-    with phase("timing"):
-        record["ratios"] = _time(t, entries, runs) if runs else {}
-    if settings["profile"]:
-        with phase("profile"):
-            _profile(t, entries, runs)
-    return record
+        t = _Task(checkout, pin_path, settings, say)
+        say(f"task {t.task} ({t.spec.name}), numerics {modes}, semantics {t.semantics}, {t.device}")
+        lock = gpulock.for_device(t.device) if lock is None else lock
+        job = {"modes": list(modes), "built_in": None}
+        per_mode = [_Mode(mode, _new_record(t, mode, phase, job)) for mode in modes]
+    with lock.shared():
+        phase.seconds["wait_shared"] = lock.waited_s
+        with phase("reference_and_builds"):
+            _references_and_builds(t, per_mode, job)
+    waited = lock.waited_s
+    timed = [m for m in per_mode if m.runs]
+    if timed:
+        with lock.alone():
+            phase.seconds["wait_alone"] = lock.waited_s - waited
+            for m in timed:
+                set_numerics(m.name)
+                with phase("timing"):
+                    _time(t, m)
+                if settings["profile"]:
+                    with phase("profile"):
+                        _profile(t, m)
+    for m in per_mode:
+        m.record.setdefault("ratios", {})
+    return {m.name: m.record for m in per_mode}
 
 
-def precompiled_builds(precompiled: dict | None) -> dict | None:
-    """baseline -> {status, build_s} of the compile job, or None when none ran first."""
-    if precompiled is None:
-        return None
-    return {
-        name: {"status": entry["status"], "build_s": entry["build_s"]}
-        for name, entry in precompiled["baselines"].items()
-    }
+def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> None:
+    model, inputs = tasks.instantiate(t.spec, t.seed, t.semantics, t.device)
+    eager = baselines.make("eager", model, inputs, t.semantics)
+    builds = None
+    for m in per_mode:
+        m.record["inputs"] = tasks.describe_inputs(inputs)
+        set_numerics(m.name)
+        if not _reference(t, m, eager, model, inputs):
+            continue
+        if builds is None:  # in the first mode whose eager forward ran
+            builds = _build(t, model, inputs)
+            job["built_in"] = m.name
+        _check(t, m, builds)
+        m.record["compile_cache"] = baselines.compile_cache_counts()
 
 
 def run_survey_task(
-    checkout, pin_path, settings: dict, mode: str, out, say=print, precompiled=None
-) -> dict:
-    """Run the job and write its validated record to `out`; `precompiled`: the path of the
-    survey_compile record of this task and mode, if a compile job ran first."""
+    checkout, pin_path, settings: dict, outs: dict, say=print, lock=None
+) -> dict[str, dict]:
+    """Run the job for every mode of `outs` ({numerics mode: record path}) and write the
+    records once all of them are valid."""
     start = time.perf_counter()
-    compiled = read_json(precompiled) if precompiled is not None else None
-    record = jsonable(survey_task(checkout, pin_path, settings, mode, say, compiled))
-    records.validate_record(record, KIND, str(out))
-    write_json(out, record)
-    say(f"wrote {out} in {time.perf_counter() - start:.1f} s")
-    return record
+    made = survey_task(checkout, pin_path, settings, list(outs), say, lock)
+    made = {mode: jsonable(record) for mode, record in made.items()}
+    for mode, record in made.items():
+        records.validate_record(record, KIND, str(outs[mode]))
+    for mode, record in made.items():
+        write_json(outs[mode], record)
+    say(f"wrote {len(made)} records ({', '.join(map(str, outs.values()))}) in "
+        f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+    return made

@@ -36,9 +36,9 @@ DEFAULTS: dict[str, Any] = {
     "warmup": 3,
     "rounds": 30,
     "invocations_per_pair": 10,
+    "min_sample_ms": 1.0,
     "cold_l2": True,
     "profile": True,
-    "precompile": False,
 }
 
 

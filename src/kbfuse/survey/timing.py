@@ -13,6 +13,12 @@ seeded round orders of kbfuse.timing.measure (each sample synchronises first; po
   own event pair, and a sample is the mean over `invocations_per_pair` such calls;
 - `wall` (CPU): time.perf_counter around `invocations_per_pair` calls, the same interleaving.
 
+Calls per sample: with `min_sample_ms` set, `sized_protocol` times one call of each baseline
+and takes as many calls per sample as the fastest needs to last that long, at most
+`invocations_per_pair` (a 5 ms convolution needs one, a 20 us tail the most): slow tasks cost
+seconds, not minutes, and the shortest sample still dwarfs the event timer's resolution. With
+`min_sample_ms: null` every sample has `invocations_per_pair` calls, as in the study.
+
 `ratios[name][method]` is kbfuse.timing.measure.paired_ratios(eager, name, cycle): > 1 means `name`
 is faster than eager. A baseline whose forward raises while being timed is removed, its
 failure recorded at stage `timing`, and the block is timed again without it.
@@ -20,6 +26,7 @@ failure recorded at stage `timing`, and the block is timed again without it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -212,12 +219,63 @@ def _ratios(timing: dict, method_names: list[str], failures: dict) -> dict:
     return ratios
 
 
+def per_call_ms(run: Run, device: str, calls: int = 3) -> float:
+    """Milliseconds per call of `run`, after one call to warm it (wall clock, synchronised)."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    run()
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        run()
+    sync()
+    return (time.perf_counter() - start) * 1e3 / calls
+
+
+def unsized(protocol: dict, min_sample_ms: float | None) -> dict:
+    """The record's sizing fields before any call was timed."""
+    return {
+        "max_invocations_per_pair": protocol["invocations_per_pair"],
+        "min_sample_ms": min_sample_ms,
+        "fastest_call_ms": None,
+    }
+
+
+def sized_protocol(
+    runs: Mapping[str, Run], protocol: dict, device: str, min_sample_ms: float | None
+) -> tuple[dict, dict]:
+    """(the protocol with this task's calls per sample, the record's sizing fields). A baseline
+    that raises here is left out of the sizing (the timing records its failure)."""
+    sizing = unsized(protocol, min_sample_ms)
+    if min_sample_ms is None:
+        return dict(protocol), sizing
+    times = []
+    for run in runs.values():
+        try:
+            times.append(per_call_ms(run, device))
+        except Exception:  # noqa: BLE001 - time_baselines records it at stage timing
+            continue
+    if not times:
+        return dict(protocol), sizing
+    fastest = min(times)
+    most = protocol["invocations_per_pair"]
+    calls = most if fastest <= 0 else min(most, max(1, math.ceil(min_sample_ms / fastest)))
+    sizing.update(fastest_call_ms=fastest, invocations_per_pair=calls)
+    return {**protocol, "invocations_per_pair": calls}, sizing
+
+
 def check_protocol(settings: dict) -> dict:
     """The timing protocol of the survey settings, each value checked (KbfuseError naming it)."""
     protocol = {}
     for key in ("warmup", "rounds", "invocations_per_pair"):
         protocol[key] = measure.int_at_least(settings[key], f"survey.{key}")
     protocol["order_seed"] = measure.int_at_least(settings["order_seed"], "survey.order_seed", 0)
+    sample = settings.get("min_sample_ms")
+    if sample is not None and (
+        isinstance(sample, bool) or not isinstance(sample, int | float) or not sample > 0
+    ):
+        raise KbfuseError(f"survey.min_sample_ms is {sample!r}: it must be a number > 0 or null")
     if not isinstance(settings["cold_l2"], bool):
         raise KbfuseError(f"survey.cold_l2 is {settings['cold_l2']!r}: it must be true or false")
     return protocol

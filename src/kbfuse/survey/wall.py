@@ -1,20 +1,22 @@
-"""Where a finished survey's wall time went: start-up, compiles, timing (benchmarks/survey_wall.py).
+"""Where a finished survey's wall time went: start-up, builds, waiting for the GPU, timing.
 
-Read from what a survey run leaves behind, nothing re-run:
+Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wall.py):
 
-- Snakemake's `benchmark:` file of every survey job, `benchmarks/survey/{mode}/{task}.tsv`
-  (column `s`: the job's wall seconds, the script's process included);
-- the job log, `survey/{mode}/logs/{task}.log`, whose last line kbfuse.survey.job writes as
-  `wrote <record> in <seconds> s` (the time inside the job's library call);
-- the record, `survey/{mode}/tasks/{task}.json`: `build_s` of every baseline (trace, compile).
+- Snakemake's `benchmark:` file of every survey job, `benchmarks/survey/{task}.tsv` (column
+  `s`: the job's wall seconds, the script's process included);
+- the job log, `survey/logs/tasks/{task}.log`, whose last line kbfuse.survey.job writes as
+  `wrote N records (...) in <seconds> s` (the time inside the job's library call);
+- the task's records, `survey/{mode}/tasks/{task}.json`, whose `phases_s` (the job's, the
+  same in every mode's record) split that time: `load`, `wait_shared` (for the GPU lock, while
+  another job timed), `reference_and_builds` (eager's references, the builds, correctness),
+  `wait_alone` (for the other jobs to leave the GPU), `timing`, `profile`.
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
-CUDA start-up, loading the task); `compile_s` = the baselines' build seconds; `timing_s` = the
-rest of the library call (timing itself, and the correctness, profile, determinism and
-blind-spot checks around it). Without the log line, start-up is unknown and counted in
-timing_s (said in `notes`). With the Snakemake run log (`.snakemake/log/*.snakemake.log`) the
-report adds the run's wall time (its `Elapsed time:` line) and the parallelism it reached (sum
-of job seconds / wall seconds).
+Snakemake's preamble); `alone_s` = timing + profile, the part no other job can overlap. With
+the Snakemake run log (`.snakemake/log/*.snakemake.log`) the report adds the run's wall time
+(its `Elapsed time:` line) and the parallelism it reached (sum of job seconds / wall seconds);
+the sum of `alone_s` against the wall says how close the run came to keeping the GPU busy
+timing.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from typing import Any
 from kbfuse.errors import KbfuseError
 from kbfuse.results.records import parse_json, read_limited
 
-INSIDE_LINE = re.compile(r"^wrote \S+ in ([0-9.]+) s\s*$", re.M)
+INSIDE_LINE = re.compile(r"^wrote .* in ([0-9.]+) s\s*$", re.M)
 ELAPSED = re.compile(r"^Elapsed time: (\d+):(\d\d):(\d\d(?:\.\d+)?)\s*$", re.M)
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]", re.M)
-PHASES = ("startup_s", "compile_s", "timing_s")
+RECORD_PHASES = ("load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile")
+PHASES = ("startup_s", *(f"{p}_s" for p in RECORD_PHASES), "alone_s")
 
 
 def benchmark_seconds(path: Path) -> float:
@@ -54,32 +57,31 @@ def inside_seconds(log: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
-def build_seconds(record: Path) -> float:
-    data = parse_json(read_limited(record), str(record))
-    baselines = data.get("baselines") if isinstance(data, dict) else None
-    if not isinstance(baselines, dict):
-        raise KbfuseError(f"{record}: field baselines is missing")
-    return float(sum(b.get("build_s") or 0.0 for b in baselines.values()))
+def record_phases(results: Path, task: str) -> dict | None:
+    """The job's `phases_s` from the first of its records found (every mode's holds the same)."""
+    for record in sorted(results.glob(f"survey/*/tasks/{task}.json")):
+        data = parse_json(read_limited(record), str(record))
+        phases = data.get("phases_s") if isinstance(data, dict) else None
+        if not isinstance(phases, dict):
+            raise KbfuseError(f"{record}: field phases_s is missing")
+        return phases
+    return None
 
 
-def job_row(results: Path, mode: str, task: str, tsv: Path) -> dict[str, Any]:
+def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
     job_s = benchmark_seconds(tsv)
-    inside = inside_seconds(results / "survey" / mode / "logs" / f"{task}.log")
-    record = results / "survey" / mode / "tasks" / f"{task}.json"
-    compile_s = build_seconds(record) if record.is_file() else 0.0
-    notes = [] if record.is_file() else ["no record (job failed?)"]
+    inside = inside_seconds(results / "survey" / "logs" / "tasks" / f"{task}.log")
+    phases = record_phases(results, task)
+    notes = [] if phases is not None else ["no record (job failed?)"]
     if inside is None:
-        notes.append("no 'wrote ... in N s' line in the log: start-up counted in timing")
-    startup = job_s - inside if inside is not None else None
-    return {
-        "numerics": mode,
-        "task": int(task),
-        "job_s": job_s,
-        "startup_s": startup,
-        "compile_s": compile_s,
-        "timing_s": (inside if inside is not None else job_s) - compile_s,
-        "notes": "; ".join(notes),
-    }
+        notes.append("no 'wrote ... in N s' line in the log: start-up unknown")
+    row: dict[str, Any] = {"task": int(task), "job_s": job_s}
+    row["startup_s"] = job_s - inside if inside is not None else None
+    for phase in RECORD_PHASES:
+        row[f"{phase}_s"] = float((phases or {}).get(phase, 0.0)) if phases is not None else None
+    row["alone_s"] = row["timing_s"] + row["profile_s"] if phases is not None else None
+    row["notes"] = "; ".join(notes)
+    return row
 
 
 def run_wall(snakemake_log: Path) -> float:
@@ -101,11 +103,10 @@ def run_wall(snakemake_log: Path) -> float:
 def survey_wall(results: str | Path, snakemake_log: str | Path | None = None) -> dict[str, Any]:
     """The report: one row per survey job, totals per phase, and the run's wall time."""
     results = Path(results)
-    tsvs = sorted((results / "benchmarks" / "survey").glob("*/*.tsv"))
+    tsvs = sorted((results / "benchmarks" / "survey").glob("*.tsv"))
     if not tsvs:
         raise KbfuseError(f"no survey benchmark files under {results}/benchmarks/survey/")
-    jobs = [job_row(results, t.parent.name, t.stem, t) for t in tsvs]
-    jobs.sort(key=lambda r: (r["numerics"], r["task"]))
+    jobs = sorted((job_row(results, t.stem, t) for t in tsvs), key=lambda r: r["task"])
     totals = {"job_s": sum(r["job_s"] for r in jobs)}
     for phase in PHASES:
         known = [r[phase] for r in jobs if r[phase] is not None]
@@ -142,20 +143,14 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
             f"| run wall (Snakemake log) | {_fmt(report['wall_s'])} | "
             f"parallelism {report['parallelism']:.2f} |"
         )
+    columns = ("task", "job_s", "startup_s", "reference_and_builds_s", "wait_shared_s",
+               "wait_alone_s", "alone_s", "notes")  # fmt: skip
     lines += [
         "",
-        "| numerics | task | job s | start-up s | compile s | timing s | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| task | job s | start-up s | references and builds s | waited (shared) s "
+        "| waited (alone) s | alone (timing, profile) s | notes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(report["jobs"], key=lambda r: -r["job_s"])[:slowest]:
-        cells = [
-            r["numerics"],
-            r["task"],
-            r["job_s"],
-            r["startup_s"],
-            r["compile_s"],
-            r["timing_s"],
-            r["notes"],
-        ]
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(_fmt(r[c]) for c in columns) + " |")
     return "\n".join(lines) + "\n"

@@ -162,13 +162,17 @@ def _number(text: str, kind: str) -> int | float | str:
 
 
 def coerce_numbers(value: Any, schema: Mapping[str, Any]) -> Any:
-    """`value` with strings that spell a number (or true / false) turned into numbers (booleans)
-    where `schema` wants one.
+    """`value` with strings that spell a number (true / false, null) turned into numbers
+    (booleans, None) where `schema` wants one.
 
     Mappings and lists are changed in place (Snakemake's `config` is the object it keeps)."""
     kind = schema.get("type")
-    if isinstance(value, str) and kind in ("integer", "number"):
-        return _number(value, kind)
+    kinds = kind if isinstance(kind, list) else [kind]
+    if isinstance(value, str) and value == "null" and "null" in kinds:
+        return None  # --config 'survey={min_sample_ms: null}' arrives as 'null'
+    number = next((k for k in kinds if k in ("integer", "number")), None)
+    if isinstance(value, str) and number is not None:
+        return _number(value, number)
     if isinstance(value, str) and kind == "boolean" and value in ("true", "false"):
         return value == "true"  # --config 'check={in_manifest: true}' arrives as 'true'
     # a key that takes a word or a list (survey.tasks: all | [1, 2]) coerces the list's items

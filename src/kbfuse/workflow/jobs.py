@@ -2,7 +2,8 @@
 
 `job(log, gpu=...)` sends the job's output to its log, isolates the CUDA compute cache
 and CuPy's kernel cache in a private scratch directory before anything can initialise
-CUDA, and, for GPU stages, fails fast with a clear message when no GPU is visible.
+CUDA, and, for GPU stages, fails fast with a clear message when no GPU is visible and then
+holds the GPU alone (kbfuse.workflow.gpulock) until the job ends.
 
 A KbfuseError (bad input, or a machine that cannot run the stage) ends the job with exit
 status 1 and its one-line message, once, on the terminal and in the log, without a
@@ -24,6 +25,7 @@ from pathlib import Path
 from kbfuse.compilation import cudacache
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
+from kbfuse.workflow import gpulock
 
 
 class NoGPUError(KbfuseError):
@@ -89,10 +91,22 @@ def announce_cpu_target(arch: str, targets: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def job(log: str | Path, stage: str, gpu: bool = False, torch: bool = True) -> Iterator[dict]:
+def _alone_on_the_gpu() -> Iterator[gpulock.GpuLock]:
+    lock = gpulock.for_device("cuda")
+    with lock.alone():
+        yield lock
+
+
+@contextlib.contextmanager
+def job(
+    log: str | Path, stage: str, gpu: bool = False, torch: bool = True, gpu_lock: bool = True
+) -> Iterator[dict]:
     """Context for one workflow job; yields the CUDA cache record to store in its output.
 
-    gpu: fail at once without a GPU; torch: whether the stage needs torch's CUDA too."""
+    gpu: fail at once without a GPU; torch: whether the stage needs torch's CUDA too;
+    gpu_lock: hold the GPU alone for the whole job (kbfuse.workflow.gpulock), so that no
+    survey job shares the device with it. The survey's jobs pass False: they take the lock
+    phase by phase themselves."""
     log_path = Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -110,9 +124,14 @@ def job(log: str | Path, stage: str, gpu: bool = False, torch: bool = True) -> I
         try:
             record = cudacache.isolate(scratch)
             logging.getLogger("kbfuse").info("stage %s; CUDA cache: %s", stage, record)
-            if gpu:
-                require_gpu(stage, torch=torch)
-            yield record
+            with contextlib.ExitStack() as held:
+                if gpu:
+                    require_gpu(stage, torch=torch)
+                if gpu and torch and gpu_lock:
+                    lock = held.enter_context(_alone_on_the_gpu())
+                    logging.getLogger("kbfuse").info("GPU lock %s after %.1f s", lock.path,
+                                                     lock.waited_s)  # fmt: skip
+                yield record
             checkpoint("job-end", stage)  # outputs written, Snakemake not yet told
         except KbfuseError as exc:
             failure = f"kbfuse: {stage} failed: {exc}"

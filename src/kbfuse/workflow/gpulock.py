@@ -1,0 +1,95 @@
+"""Who may use the GPU when several jobs share it: timing always alone.
+
+The survey runs several jobs at once (their start-up, builds and compiles overlap), but no job
+may time while another uses the device. Every job that touches the GPU takes one lock per
+device, held in one of two ways:
+
+- `shared()`: building, compiling, correctness: several jobs at once;
+- `alone()`: timing and profiling: no other job holds the lock in any way. The study's and the
+  check's GPU jobs hold it alone for their whole life (kbfuse.workflow.jobs.job).
+
+A job waiting to be alone goes before jobs that ask to share after it: every request first
+passes a turnstile lock, which the waiting job holds, so a stream of builds cannot starve
+timing. The locks are `fcntl.flock` on two files named after the device (its UUID, or the
+host for the CPU) in the system's temporary folder (`KBFUSE_GPU_LOCK_DIR` overrides it; it must
+be a folder every job on the machine sees). The kernel releases them when a process dies, so a
+killed job never leaves a stale lock. Seconds spent waiting are counted (`waited_s`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from kbfuse.errors import KbfuseError
+
+LOCK_DIR_VARIABLE = "KBFUSE_GPU_LOCK_DIR"
+
+
+def device_key(device: str) -> str:
+    """What names the lock: the GPU's UUID (one physical GPU under any CUDA_VISIBLE_DEVICES
+    numbering) on cuda, the host name on the CPU."""
+    if device == "cuda":
+        from kbfuse.compilation import cudadriver
+
+        return cudadriver.device_uuid(0)
+    return "cpu-" + socket.gethostname()
+
+
+def lock_dir() -> Path:
+    folder = Path(os.environ.get(LOCK_DIR_VARIABLE) or tempfile.gettempdir())
+    if not folder.is_dir():
+        raise KbfuseError(f"{LOCK_DIR_VARIABLE}={folder} is not a folder")
+    return folder
+
+
+class GpuLock:
+    """The lock of one device. `shared()` and `alone()` are context managers; one process holds
+    at most one of them at a time (flock would let a process's own shared hold block its
+    request to be alone)."""
+
+    def __init__(self, key: str, folder: Path | None = None):
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+        folder = lock_dir() if folder is None else Path(folder)
+        self.path = folder / f"kbfuse-gpu-{safe}.lock"
+        self.turnstile = folder / f"kbfuse-gpu-{safe}.turnstile"
+        self.waited_s = 0.0
+        self.held: str | None = None
+
+    @contextlib.contextmanager
+    def _hold(self, how: str, mode: int) -> Iterator[None]:
+        if self.held is not None:
+            raise KbfuseError(f"GPU lock {self.path}: asked to be {how} while already {self.held}")
+        start = time.perf_counter()
+        with open(self.turnstile, "a") as gate, open(self.path, "a") as lock:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, mode)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            self.waited_s += time.perf_counter() - start
+            self.held = how
+            try:
+                yield
+            finally:
+                self.held = None
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def shared(self) -> contextlib.AbstractContextManager[None]:
+        """Use the device beside other sharing jobs; never while one is alone."""
+        return self._hold("shared", fcntl.LOCK_SH)
+
+    def alone(self) -> contextlib.AbstractContextManager[None]:
+        """Use the device with no other job on it."""
+        return self._hold("alone", fcntl.LOCK_EX)
+
+
+def for_device(device: str) -> GpuLock:
+    return GpuLock(device_key(device))

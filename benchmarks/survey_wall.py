@@ -5,7 +5,7 @@ their logs and records (kbfuse.survey.wall says how each phase is measured), and
 the Snakemake run log for the run's wall time. No GPU needed: it only reads files.
 
     python benchmarks/survey_wall.py [--results results] [--snakemake-log PATH]
-        [--json PATH] [--markdown PATH]
+        [--snakemake-log PATH ...] [--json PATH] [--markdown PATH]
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ from kbfuse.survey.wall import report_markdown, survey_wall
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results", help="results directory (%(default)s)")
-    parser.add_argument("--snakemake-log", help="the run's .snakemake/log/*.snakemake.log")
+    parser.add_argument(
+        "--snakemake-log",
+        action="append",
+        help="the run's .snakemake/log/*.snakemake.log; again for each piece of a resumed run",
+    )
     parser.add_argument("--json", help="also write the report as JSON here")
     parser.add_argument("--markdown", help="also write the tables as Markdown here")
     args = parser.parse_args(argv)

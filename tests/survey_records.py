@@ -159,7 +159,11 @@ def record(
                 "input_identity": {"applicable": False, "passes": None},
             },
             "blind_spot": blind_spot,
-            "job": {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"},
+            "job": {
+                "modes": ["strict", "kernelbench-defaults"],
+                "built_in": "strict",
+                "rerun_alone": False,
+            },
         }
     )
 

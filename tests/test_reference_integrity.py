@@ -31,8 +31,9 @@ CONFIG = MANIFEST["config"]
 # Stages whose job compiles or loads device code (docs/contracts.md: "cuda_cache").
 CUDA_STAGES = ("compile", "verify", "correctness", "timing", "controls", "env")
 # Files in the reference tree that are not results of the study (so not in the manifest).
+# survey/*: the reference survey, a run of its own with its own manifest (test_survey_reference)
 NOT_LISTED = ("manifest.json", "bundle/*", "logs/*", "benchmarks/*", "kernelbench/checkout.json",
-              "kernelbench/tasks/*", "gpu.txt", "phases.txt")  # fmt: skip
+              "kernelbench/tasks/*", "gpu.txt", "phases.txt", "survey/*")  # fmt: skip
 
 
 def kbfuse_command() -> list[str]:

@@ -64,7 +64,11 @@ def test_calls_per_sample_are_sized_from_the_fastest_baseline(surveyed):
         assert fastest > 0, (task, mode)
         assert protocol["invocations_per_pair"] == min(3, math.ceil(1.0 / fastest))
     one_job = (surveyed[(1, "strict")], surveyed[(1, "kernelbench-defaults")])
-    assert all(r["job"] == {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"}
+    assert all(r["job"] == {
+            "modes": ["strict", "kernelbench-defaults"],
+            "built_in": "strict",
+            "rerun_alone": False,
+        }
                for r in one_job)  # fmt: skip
 
 

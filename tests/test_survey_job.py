@@ -71,7 +71,7 @@ def test_every_record_names_task_file_pin_and_modes(surveyed):
         assert rec["device"] == "cpu" and rec["environment"]["device"] == "cpu"
         assert rec["timing_protocol"]["methods"] == ["wall"]
         assert rec["timing_protocol"]["rounds"] == ROUNDS
-        assert rec["job"] == {"modes": ["strict"], "built_in": "strict"}
+        assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": False}
         assert set(rec["phases_s"]) == {
             "load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile"
         }  # fmt: skip
@@ -285,7 +285,11 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
     strict, defaults = (records.read_record(path, "survey_task") for path in outs.values())
     assert strict["numerics"]["cudnn_tf32"] is False and defaults["numerics"]["cudnn_tf32"] is True
     for rec in (strict, defaults):
-        assert rec["job"] == {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"}
+        assert rec["job"] == {
+            "modes": ["strict", "kernelbench-defaults"],
+            "built_in": "strict",
+            "rerun_alone": False,
+        }
         assert rec["baselines"]["torchscript"]["correctness"]["official_pass"] is True
         assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
     assert (
@@ -299,3 +303,60 @@ def test_a_job_needs_a_mode(surveyed, tmp_path):
     settings = survey_settings({"survey": SETTINGS})
     with pytest.raises(KbfuseError, match="a survey job needs at least one numerics mode"):
         run_survey_task(root / "checkout", root / "pin1.json", settings, {}, print)
+
+
+def test_out_of_memory_beside_other_jobs_runs_the_task_again_alone(surveyed, tmp_path, monkeypatch):
+    _, root = surveyed
+
+    class OutOfMemoryError(RuntimeError):  # torch.OutOfMemoryError's name is what is looked at
+        pass
+
+    real_build, calls = survey_baselines.build, []
+
+    def build(name, *args):
+        calls.append(name)
+        if calls.count("torchscript") == 1 and name == "torchscript":
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 15.75 GiB")
+        return real_build(name, *args)
+
+    monkeypatch.setattr(survey_baselines, "build", build)
+    lock = SpyLock()
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    out = tmp_path / "53.json"
+    run_survey_task(root / "checkout", root / "pin53.json", settings, {"strict": out}, print,
+                    lock=lock)  # fmt: skip
+    # the shared attempt failed for memory; the whole task again with the device alone
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert calls == ["eager", "torchscript", "eager", "torchscript"]
+    rec = records.read_record(out, "survey_task")
+    assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": True}
+    assert rec["baselines"]["torchscript"]["status"] == "ok"
+    assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
+
+
+def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, monkeypatch):
+    _, root = surveyed
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    real_build = survey_baselines.build
+
+    def build(name, *args):
+        if name == "torchscript":
+            raise OutOfMemoryError("CUDA out of memory")
+        return real_build(name, *args)
+
+    monkeypatch.setattr(survey_baselines, "build", build)
+    lock = SpyLock()
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    out = tmp_path / "53.json"
+    run_survey_task(root / "checkout", root / "pin53.json", settings, {"strict": out}, print,
+                    lock=lock)  # fmt: skip
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]  # once alone
+    rec = records.read_record(out, "survey_task")
+    assert rec["job"]["rerun_alone"] is True
+    assert rec["baselines"]["torchscript"]["failure"] == {
+        "stage": "build", "error": "OutOfMemoryError", "message": "CUDA out of memory"
+    }  # fmt: skip
+    assert rec["baselines"]["eager"]["timing"]["wall"]["samples_ms"]

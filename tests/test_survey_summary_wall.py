@@ -94,6 +94,15 @@ def test_a_job_without_records_is_said(tmp_path):
     assert job["alone_s"] is None and job["notes"].startswith("no record (job failed?)")
 
 
+def test_a_survey_run_in_pieces_sums_their_wall_times(tmp_path):
+    root = survey_run(tmp_path / "results")
+    (tmp_path / "a.log").write_text(RUN_LOG)
+    (tmp_path / "b.log").write_text(RUN_LOG.replace("0:02:30.500000", "0:01:00"))
+    report = wall.survey_wall(root, [tmp_path / "a.log", tmp_path / "b.log"])
+    assert report["wall_s"] == 210.5 and report["runs"] == 2
+    assert "| run wall (2 Snakemake log(s)) | 210.5 |" in wall.report_markdown(report)
+
+
 def test_run_wall_falls_back_to_timestamps(tmp_path):
     log = tmp_path / "run.log"
     log.write_text(RUN_LOG.replace("Elapsed time: 0:02:30.500000\n", ""))

@@ -159,7 +159,11 @@ def test_a_second_numerics_mode_reruns_each_tasks_one_job(settled):
     for mode, tf32 in (("strict", False), ("kernelbench-defaults", True)):
         rec = records.read_record(workdir / f"results/survey/{mode}/tasks/53.json", "survey_task")
         assert rec["numerics"]["cudnn_tf32"] is tf32
-        assert rec["job"] == {"modes": ["strict", "kernelbench-defaults"], "built_in": "strict"}
+        assert rec["job"] == {
+            "modes": ["strict", "kernelbench-defaults"],
+            "built_in": "strict",
+            "rerun_alone": False,
+        }
     assert (workdir / "results/benchmarks/survey/53.tsv").is_file()
 
 

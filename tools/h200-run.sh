@@ -92,7 +92,7 @@ if has survey; then
   # SURVEY_CONFIG: extra --config items, e.g. 'survey={tasks: [1, 53]}'
   stamp survey
   start=$(date +%s)
-  timeout "${SURVEY_TIMEOUT:-540}" python3 -m snakemake --cores "$(nproc)" --keep-going survey \
+  timeout -k 15 "${SURVEY_TIMEOUT:-540}" python3 -m snakemake --cores "$(nproc)" --keep-going survey \
     --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"} > "$OUT/survey.log" 2>&1 || rc=$?
   echo "survey wall time: $(( $(date +%s) - start )) s (rc $rc)" | tee -a "$OUT/phases.txt"
   tail -n 20 "$OUT/survey.log"

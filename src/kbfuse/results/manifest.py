@@ -31,6 +31,9 @@ MANIFEST_KIND = "manifest"
 SCHEMA_VERSION = 1
 FINGERPRINT = RECORDS["env"].path
 PIN = RECORDS["kernelbench_pin"].path
+# A survey run alone pins the commit only (its tasks are pinned one by one under survey/pins).
+CHECKOUT_PIN = "kernelbench/checkout.json"
+QUOTED_PINS = (PIN, CHECKOUT_PIN)
 
 
 # The survey's records and summary (docs/contracts.md, "Survey"), hashed when a survey ran.
@@ -78,15 +81,19 @@ def build_manifest(
     files: Iterable[str | os.PathLike],
     config: Mapping[str, Any],
     out: str | os.PathLike,
+    pin: str = PIN,
 ) -> dict[str, Any]:
     """Hash every result file and write the manifest to `out`; return it.
 
-    env/fingerprint.json and kernelbench/pin.json are always included (the manifest quotes
-    them, so verification can check the quotes against the files).
+    env/fingerprint.json and the pin record (`pin`: kernelbench/pin.json for the study,
+    kernelbench/checkout.json for a survey run on its own) are always included (the manifest
+    quotes them, so verification can check the quotes against the files).
     """
+    if pin not in QUOTED_PINS:
+        raise KbfuseError(f"manifest pin record {pin!r}: one of {list(QUOTED_PINS)}")
     root = Path(results_dir)
     rels = {_relative(root, f) for f in files}
-    for required in (FINGERPRINT, PIN):
+    for required in (FINGERPRINT, pin):
         if not (root / required).is_file():
             raise KbfuseError(f"manifest needs {root / required}, which is missing")
         rels.add(required)
@@ -101,7 +108,7 @@ def build_manifest(
         "generator": {"kbfuse": __version__},
         "config": json.loads(dumps_json(dict(config))),
         "fingerprint": read_json(root / FINGERPRINT),
-        "kernelbench_pin": read_json(root / PIN),
+        "kernelbench_pin": read_json(root / pin),
         "files": {rel: file_record(root / rel) for rel in sorted(rels)},
     }
     manifest["content_sha256"] = content_sha256(manifest)
@@ -229,7 +236,8 @@ def compare_with_manifest(
                     "actual_bytes": got["bytes"],
                 }
             )
-    for rel, key in ((FINGERPRINT, "fingerprint"), (PIN, "kernelbench_pin")):
+    quotes = [(FINGERPRINT, "fingerprint"), *((rel, "kernelbench_pin") for rel in QUOTED_PINS)]
+    for rel, key in quotes:
         raw = quoted.get(rel)
         if rel not in listed or raw is None:
             continue
@@ -273,5 +281,7 @@ def verify_manifest(
         for rel in _walk_files(root)
         if rel in listed or not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
     }
-    quoted = {rel: (root / rel).read_bytes() for rel in (FINGERPRINT, PIN) if rel in actual}
+    quoted = {
+        rel: (root / rel).read_bytes() for rel in (FINGERPRINT, *QUOTED_PINS) if rel in actual
+    }
     return compare_with_manifest(data, problems, actual, quoted)

@@ -15,7 +15,10 @@ atomically), so a record on disk always follows the contract. Progress lines go 
 
 One job for all modes, rather than one per mode, pays the process start-up and the builds
 (Inductor's compile above all) once per task; the GPU lock lets those overlap other jobs'
-while keeping every timing alone on the device.
+while keeping every timing alone on the device. A task that runs out of memory beside other
+jobs (their models and caches hold device memory too) is done again from the start, alone on
+the device, and its records say so (`job.rerun_alone`); only then is an out-of-memory failure
+recorded as the task's.
 """
 
 from __future__ import annotations
@@ -267,27 +270,65 @@ def survey_task(
         t = _Task(checkout, pin_path, settings, say)
         say(f"task {t.task} ({t.spec.name}), numerics {modes}, semantics {t.semantics}, {t.device}")
         lock = gpulock.for_device(t.device) if lock is None else lock
-        job = {"modes": list(modes), "built_in": None}
+        job = {"modes": list(modes), "built_in": None, "rerun_alone": False}
         per_mode = [_Mode(mode, _new_record(t, mode, phase, job)) for mode in modes]
     with lock.shared():
         phase.seconds["wait_shared"] = lock.waited_s
         with phase("reference_and_builds"):
             _references_and_builds(t, per_mode, job)
-    waited = lock.waited_s
-    timed = [m for m in per_mode if m.runs]
-    if timed:
+    if _out_of_memory(per_mode):
+        # Beside other jobs, memory they hold can make a large task fail: once more, alone.
+        say("out of memory beside other jobs: the whole task again, alone on the device")
+        job.update(built_in=None, rerun_alone=True)
+        per_mode = [_Mode(m.name, _new_record(t, m.name, phase, job)) for m in per_mode]
+        _release_memory()
+        waited = lock.waited_s
         with lock.alone():
             phase.seconds["wait_alone"] = lock.waited_s - waited
-            for m in timed:
-                set_numerics(m.name)
-                with phase("timing"):
-                    _time(t, m)
-                if settings["profile"]:
-                    with phase("profile"):
-                        _profile(t, m)
+            with phase("reference_and_builds"):
+                _references_and_builds(t, per_mode, job)
+            _time_and_profile(t, per_mode, phase)
+    else:
+        _release_memory()  # what the allocator caches, for the jobs that run meanwhile
+        waited = lock.waited_s
+        with lock.alone():
+            phase.seconds["wait_alone"] = lock.waited_s - waited
+            _time_and_profile(t, per_mode, phase)
     for m in per_mode:
         m.record.setdefault("ratios", {})
     return {m.name: m.record for m in per_mode}
+
+
+def _out_of_memory(per_mode: list[_Mode]) -> bool:
+    """Did any baseline of any mode fail for want of memory (torch's OutOfMemoryError)?"""
+    return any(
+        (entry.get("failure") or {}).get("error") == "OutOfMemoryError"
+        for m in per_mode
+        for entry in (m.record.get("baselines") or {}).values()
+    )
+
+
+def _release_memory() -> None:
+    """Free what this job no longer references, and the CUDA allocator's cache of it."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _time_and_profile(t: _Task, per_mode: list[_Mode], phase: Phases) -> None:
+    for m in per_mode:
+        if not m.runs:
+            continue
+        set_numerics(m.name)
+        with phase("timing"):
+            _time(t, m)
+        if t.settings["profile"]:
+            with phase("profile"):
+                _profile(t, m)
 
 
 def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> None:

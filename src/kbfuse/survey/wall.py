@@ -100,8 +100,11 @@ def run_wall(snakemake_log: Path) -> float:
     return (max(stamps) - min(stamps)).total_seconds()
 
 
-def survey_wall(results: str | Path, snakemake_log: str | Path | None = None) -> dict[str, Any]:
-    """The report: one row per survey job, totals per phase, and the run's wall time."""
+def survey_wall(results: str | Path, snakemake_log=None) -> dict[str, Any]:
+    """The report: one row per survey job, totals per phase, and the run's wall time.
+
+    `snakemake_log`: the run's Snakemake log, or a list of them when the survey ran in several
+    pieces (stopped and resumed): the wall time is then their sum."""
     results = Path(results)
     tsvs = sorted((results / "benchmarks" / "survey").glob("*.tsv"))
     if not tsvs:
@@ -121,7 +124,9 @@ def survey_wall(results: str | Path, snakemake_log: str | Path | None = None) ->
         "parallelism": None,
     }
     if snakemake_log is not None:
-        report["wall_s"] = run_wall(Path(snakemake_log))
+        logs = [snakemake_log] if isinstance(snakemake_log, str | Path) else list(snakemake_log)
+        report["runs"] = len(logs)
+        report["wall_s"] = sum(run_wall(Path(log)) for log in logs)
         report["parallelism"] = totals["job_s"] / report["wall_s"] if report["wall_s"] else None
     return report
 
@@ -140,7 +145,7 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
         lines.append(f"| {phase.removesuffix('_s')} | {_fmt(value)} | {share} |")
     if report["wall_s"] is not None:
         lines.append(
-            f"| run wall (Snakemake log) | {_fmt(report['wall_s'])} | "
+            f"| run wall ({report.get('runs', 1)} Snakemake log(s)) | {_fmt(report['wall_s'])} | "
             f"parallelism {report['parallelism']:.2f} |"
         )
     columns = ("task", "job_s", "startup_s", "reference_and_builds_s", "wait_shared_s",

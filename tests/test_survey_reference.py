@@ -1,0 +1,75 @@
+"""The committed H200 reference survey (results/reference/h200/survey): its manifest holds, every
+record follows its schema, and the summary tables say what the records say.
+
+The summary itself is not rebuilt here: its anchor column needs KernelBench's own timing files
+from the pinned checkout, which CI does not fetch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kbfuse.io import read_json
+from kbfuse.results import records
+from kbfuse.results.manifest import verify_manifest
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "h200" / "survey"
+MODES = ("strict", "kernelbench-defaults")
+
+
+@pytest.fixture(scope="module")
+def recs():
+    return {
+        mode: {
+            int(path.stem): records.read_record(path, "survey_task")
+            for path in (REFERENCE / "survey" / mode / "tasks").glob("*.json")
+        }
+        for mode in MODES
+    }
+
+
+def test_the_reference_matches_its_manifest():
+    report = verify_manifest(REFERENCE, REFERENCE / "manifest.json", ignore=["manifest.json"])
+    assert report["ok"], {k: report[k] for k in ("changed", "missing", "extra")}
+    assert report["checked"] == 419
+    assert report["pin"]["commit"] == "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
+    assert report["environment"]["gpu"].startswith("NVIDIA H200")
+
+
+def test_every_level_2_task_in_both_modes_from_one_job_each(recs):
+    listed = read_json(REFERENCE / "survey" / "task_list.json")["tasks"]
+    assert len(listed) == 100
+    for mode in MODES:
+        assert sorted(recs[mode]) == sorted(map(int, listed))
+        for rec in recs[mode].values():
+            assert rec["numerics"]["mode"] == mode and rec["device"] == "cuda"
+            assert rec["job"]["modes"] == list(MODES)
+            assert rec["timing_protocol"]["rounds"] == 30
+            assert rec["timing_protocol"]["methods"] == ["events", "graph", "cold_l2"]
+
+
+def test_the_summary_tables_say_what_the_records_say(recs):
+    summary = REFERENCE / "survey" / "summary"
+    failures = pd.read_csv(summary / "failures.csv")
+    failed = {
+        (task, mode, name)
+        for mode in MODES
+        for task, rec in recs[mode].items()
+        for name, entry in rec["baselines"].items()
+        if entry["status"] == "failed"
+    }
+    assert set(zip(failures.task, failures.numerics, failures.baseline, strict=True)) == failed
+    for mode in MODES:
+        main = pd.read_csv(summary / f"survey_{mode}.csv")
+        assert len(main) == 100
+        spots = {task for task, rec in recs[mode].items() if rec["blind_spot"]}
+        assert set(main[main.blind_spot].task) == spots
+        nondeterministic = {
+            task
+            for task, rec in recs[mode].items()
+            if rec["determinism"] and rec["determinism"]["verdict"] == "nondeterministic"
+        }
+        assert set(main[main.nondeterministic].task) == nondeterministic

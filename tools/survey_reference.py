@@ -1,0 +1,75 @@
+"""Copy a finished survey run's results into a reference folder, with a manifest of them.
+
+    python tools/survey_reference.py --results RUN/results --out results/reference/h200/survey
+
+Copies, keeping their paths under `results/`: every survey record and summary file
+(`kbfuse.results.manifest.survey_files`), the task list and per-task pins, the survey jobs'
+Snakemake benchmark files, the environment fingerprint and the KernelBench checkout record
+(the survey's pin of the commit). The job logs stay out: their warnings quote the run
+machine's paths. Then writes `manifest.json` over the copies (the manifest quotes the
+checkout record as its pin), with the study config that was in force (`--config`, the
+default config/config.yaml). Check it with `kbfuse verify-bundle`'s folder form or the test
+that reads it (tests/test_survey_reference.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from kbfuse.errors import KbfuseError  # noqa: E402
+from kbfuse.results.manifest import (  # noqa: E402
+    CHECKOUT_PIN,
+    FINGERPRINT,
+    build_manifest,
+    survey_files,
+)
+from kbfuse.workflow.config import load_config  # noqa: E402
+
+EXTRA_GLOBS = ("survey/task_list.json", "survey/pins/*.json", "benchmarks/survey/*.tsv")
+
+
+def reference_files(results: Path) -> list[str]:
+    """The files a survey reference keeps (relative POSIX paths, sorted)."""
+    found = set(survey_files(results))
+    for pattern in EXTRA_GLOBS:
+        found.update(p.relative_to(results).as_posix() for p in results.glob(pattern))
+    for required in (FINGERPRINT, CHECKOUT_PIN):
+        if not (results / required).is_file():
+            raise KbfuseError(f"{results / required} is missing: not a survey run's results")
+        found.add(required)
+    if not any(rel.startswith("survey/summary/") for rel in found):
+        raise KbfuseError(f"{results}/survey/summary holds nothing: run the survey to its end")
+    return sorted(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, required=True, help="a finished run's results")
+    parser.add_argument("--out", type=Path, required=True, help="the reference folder")
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
+    args = parser.parse_args(argv)
+    try:
+        files = reference_files(args.results)
+        config = load_config(args.config)
+        if args.out.exists():
+            shutil.rmtree(args.out)
+        for rel in files:
+            target = args.out / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(args.results / rel, target)
+        build_manifest(args.out, files, config, args.out / "manifest.json", pin=CHECKOUT_PIN)
+    except (KbfuseError, OSError) as exc:
+        print(f"survey_reference: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(files)} files and manifest.json in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -188,6 +188,14 @@ def _job_blocks(stdout: str, rule: str) -> list[str]:
     return found
 
 
+def test_on_slurm_each_survey_job_asks_for_a_gpu_of_its_own():
+    profile = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "profiles/slurm/config.yaml").read_text()
+    )
+    assert profile["set-resources"]["survey_task"]["gpu"] == 1
+    assert "survey_compile" not in profile["set-resources"]
+
+
 def test_survey_jobs_share_the_gpu_up_to_the_profiles_cap(settled):
     workdir, overlay, repo = settled
     gpu = _overlay(workdir, *repo, name="gpu.yaml", device="cuda", rounds=5)

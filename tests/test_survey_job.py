@@ -305,45 +305,18 @@ def test_a_job_needs_a_mode(surveyed, tmp_path):
         run_survey_task(root / "checkout", root / "pin1.json", settings, {}, print)
 
 
-def test_out_of_memory_beside_other_jobs_runs_the_task_again_alone(surveyed, tmp_path, monkeypatch):
-    _, root = surveyed
+class OutOfMemoryError(RuntimeError):
+    """torch.OutOfMemoryError's stand-in: its name is what the job looks at."""
 
-    class OutOfMemoryError(RuntimeError):  # torch.OutOfMemoryError's name is what is looked at
-        pass
 
+def run_out_of_memory(root, tmp_path, monkeypatch, fails) -> tuple[dict, SpyLock, list]:
+    """Task 53 with eager and TorchScript, TorchScript's build raising OutOfMemoryError on
+    the calls `fails` says (a function of the call count); (record, lock, builds)."""
     real_build, calls = survey_baselines.build, []
 
     def build(name, *args):
         calls.append(name)
-        if calls.count("torchscript") == 1 and name == "torchscript":
-            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 15.75 GiB")
-        return real_build(name, *args)
-
-    monkeypatch.setattr(survey_baselines, "build", build)
-    lock = SpyLock()
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
-    out = tmp_path / "53.json"
-    run_survey_task(root / "checkout", root / "pin53.json", settings, {"strict": out}, print,
-                    lock=lock)  # fmt: skip
-    # the shared attempt failed for memory; the whole task again with the device alone
-    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
-    assert calls == ["eager", "torchscript", "eager", "torchscript"]
-    rec = records.read_record(out, "survey_task")
-    assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": True}
-    assert rec["baselines"]["torchscript"]["status"] == "ok"
-    assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
-
-
-def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, monkeypatch):
-    _, root = surveyed
-
-    class OutOfMemoryError(RuntimeError):
-        pass
-
-    real_build = survey_baselines.build
-
-    def build(name, *args):
-        if name == "torchscript":
+        if name == "torchscript" and fails(calls.count("torchscript")):
             raise OutOfMemoryError("CUDA out of memory")
         return real_build(name, *args)
 
@@ -353,8 +326,22 @@ def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, m
     out = tmp_path / "53.json"
     run_survey_task(root / "checkout", root / "pin53.json", settings, {"strict": out}, print,
                     lock=lock)  # fmt: skip
+    return records.read_record(out, "survey_task"), lock, calls
+
+
+def test_out_of_memory_beside_other_jobs_runs_the_task_again_alone(surveyed, tmp_path, monkeypatch):
+    rec, lock, calls = run_out_of_memory(surveyed[1], tmp_path, monkeypatch, lambda n: n == 1)
+    # the shared attempt failed for memory; the whole task again with the device alone
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert calls == ["eager", "torchscript", "eager", "torchscript"]
+    assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": True}
+    assert rec["baselines"]["torchscript"]["status"] == "ok"
+    assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
+
+
+def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, monkeypatch):
+    rec, lock, _ = run_out_of_memory(surveyed[1], tmp_path, monkeypatch, lambda n: True)
     assert lock.events == ["shared in", "shared out", "alone in", "alone out"]  # once alone
-    rec = records.read_record(out, "survey_task")
     assert rec["job"]["rerun_alone"] is True
     assert rec["baselines"]["torchscript"]["failure"] == {
         "stage": "build", "error": "OutOfMemoryError", "message": "CUDA out of memory"

@@ -1,6 +1,12 @@
 from pathlib import Path
 
-from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
+from kbfuse.candidates.check import (
+    check_candidate,
+    checkout_commit,
+    default_device,
+    find_task_file,
+)
+from kbfuse.workflow import gpulock
 from kbfuse.workflow.jobs import job
 
 SURVEY_MODES = ("kernelbench-defaults", "strict")
@@ -13,15 +19,19 @@ with job(snakemake.log[0], "check_candidate"):
     # reference here runs with torch's defaults, as KernelBench's evaluator does).
     surveys = [f"results/survey/{mode}/tasks/{task}.json" for mode in SURVEY_MODES]
     survey = next((path for path in surveys if Path(path).is_file()), None)
-    record = check_candidate(
-        snakemake.input.candidate,
-        level,
-        task,
-        find_task_file(checkout, level, task),
-        verdict,
-        dict(snakemake.params.settings),
-        commit=checkout_commit(checkout),
-        survey=survey,
-        log_dir=Path(snakemake.log[0]).parent,
-    )
+    device = default_device()
+    # The candidate is timed: no survey job may share the device meanwhile.
+    with gpulock.for_device(device).alone():
+        record = check_candidate(
+            snakemake.input.candidate,
+            level,
+            task,
+            find_task_file(checkout, level, task),
+            verdict,
+            dict(snakemake.params.settings),
+            device=device,
+            commit=checkout_commit(checkout),
+            survey=survey,
+            log_dir=Path(snakemake.log[0]).parent,
+        )
     print(f"{verdict}: {record['verdict']} {' '.join(record['failed_checks'])}")

@@ -8,6 +8,9 @@ job's rule and resources, records them and runs the job script at once. The CPU 
 study (`cpu`: KernelBench pin, NVRTC compiles, direction witness) goes through it end to end:
 the compiles are submitted with the profile's resources, the checkout, pin and protocol steps
 are not submitted (they run on the submitting host), and the results are those of a local run.
+The survey goes through it the same way (on the CPU, on the KernelBench-shaped fixture): one
+submitted job per task, asking for a GPU of its own, its task list, pins and aggregate run on
+the submitting host.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ import os
 import stat
 
 import pytest
+import yaml
 from conftest import copy_workflow, snakemake, write_test_config
+from survey_kbrepo import make_survey_repo
 
 from kbfuse.io import read_json
+from kbfuse.results import records
 
 pytestmark = pytest.mark.slow
 SUBMIT = """#!/bin/sh
@@ -82,3 +88,40 @@ def test_the_submitted_jobs_wrote_the_cpu_targets(submitted):
         assert record["kind"] == "compile" and record["arch"] == "sm_90"
     witness = read_json(workdir / "results/protocol/direction_witness.json")
     assert witness["kind"] == "direction_witness"
+
+
+SURVEY_SUBMIT = """#!/bin/sh
+# submit.sh RULE GPU MEM_MB CPUS JOBSCRIPT: record the request, run the job script here
+echo "$1 gpu=$2 mem_mb=$3 cpus_per_task=$4" >> "$KBFUSE_SUBMITTED"
+bash "$5" > "$5.out" 2>&1
+echo "local-$$"
+"""
+
+
+def test_the_survey_is_submitted_one_job_per_task_with_a_gpu_each(tmp_path):
+    url, commit = make_survey_repo(tmp_path / "kb")
+    workdir = copy_workflow(tmp_path / "wf")
+    overlay = workdir / "survey.yaml"
+    survey = {"device": "cpu", "tasks": [1, 53], "numerics": ["strict"], "rounds": 2,
+              "warmup": 1, "invocations_per_pair": 1, "profile": False,
+              "baselines": ["eager", "torchscript"]}  # fmt: skip
+    overlay.write_text(yaml.safe_dump({"kernelbench": {"url": url, "commit": commit},
+                                       "arch": "sm_90", "survey": survey}))  # fmt: skip
+    submit = tmp_path / "submit.sh"
+    submit.write_text(SURVEY_SUBMIT)
+    submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / "submitted.txt"
+    snakemake(
+        workdir, "--workflow-profile", "profiles/slurm", "--executor", "cluster-generic",
+        "--cluster-generic-submit-cmd",
+        f"{submit} {{rule}} {{resources.gpu}} {{resources.mem_mb}} {{resources.cpus_per_task}}",
+        "--jobs", "2", "--latency-wait", "5", "survey_records", "--configfile", str(overlay),
+        env={**os.environ, "KBFUSE_SUBMITTED": str(log)},
+    )  # fmt: skip
+    lines = sorted(log.read_text().splitlines())
+    # only the task jobs went to the cluster; the checkout, list, pins and aggregate did not
+    assert lines == ["survey_task gpu=1 mem_mb=16000 cpus_per_task=4"] * 2
+    for task in (1, 53):
+        rec = records.read_record(workdir / f"results/survey/strict/tasks/{task}.json",
+                                  "survey_task")  # fmt: skip
+        assert rec["task"] == task and rec["baselines"]["torchscript"]["status"] == "ok"

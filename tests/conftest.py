@@ -24,16 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kbrepo import make_kernelbench_repo  # noqa: E402
 
-# Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto).
-GPU_RULES = {
-    "verify_variants",
-    "env_fingerprint",
-    "correctness_variants",
-    "correctness_baselines",
-    "timing",
-    "controls",
-    "witness81",
-}
+# Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto): those
+# that time or measure the device hold it alone (`gpu=1`); those that only compute share it
+# (`gpu_jobs=1`), never beside a timing job (kbfuse.workflow.gpulock).
+ALONE_GPU_RULES = {"env_fingerprint", "timing", "controls", "witness81"}
+SHARED_GPU_RULES = {"verify_variants", "correctness_variants", "correctness_baselines"}
+GPU_RULES = ALONE_GPU_RULES | SHARED_GPU_RULES
 
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
 

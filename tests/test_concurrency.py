@@ -3,7 +3,8 @@
 (a) A second `snakemake` in the same directory is refused by Snakemake's lock while a first one
     runs; after the first is killed the lock is stale, and `snakemake --unlock` followed by a
     rerun recovers, as docs/running.md's "Concurrency and stale locks" says.
-(b) Every GPU rule declares `resources: gpu=1` and the default profile caps `gpu=1`. Checked
+(b) Every GPU rule that times or measures the device declares `resources: gpu=1` and the
+    default profile caps `gpu=1`; the rules that only compute declare `gpu_jobs=1`. Checked
     statically (the profile's YAML) and from each job's `resources:` line in a dry-run of `all`.
     Timing two GPU jobs against each other needs a GPU, so the cap's effect on the scheduler is
     shown on this machine with GPU jobs that fail (kbfuse.workflow.jobs.require_gpu, made to take
@@ -27,7 +28,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import GPU_RULES, ROOT, copy_workflow, snakemake, write_test_config
+from conftest import (
+    ALONE_GPU_RULES,
+    ROOT,
+    SHARED_GPU_RULES,
+    copy_workflow,
+    snakemake,
+    write_test_config,
+)
 
 from kbfuse.io import read_json
 
@@ -135,11 +143,16 @@ def test_exactly_the_gpu_jobs_ask_for_the_gpu(tmp_path, kb_repo, arch):
         else {f"variant={v}" for v in default_variants()}
     )
     for rule, wildcards, resources in jobs:
-        wants_gpu = rule in GPU_RULES or (rule == "compile_variant" and wildcards in gpu_compiles)
-        assert resources.get("gpu", "0") == ("1" if wants_gpu else "0"), (rule, wildcards)
-    counted = {r for r, _, res in jobs if res.get("gpu") == "1"}
-    assert counted == GPU_RULES | {"compile_variant"}
-    assert sum(res.get("gpu") == "1" for _, _, res in jobs) == 15 + len(gpu_compiles)
+        alone = rule in ALONE_GPU_RULES or (rule == "compile_variant" and wildcards in gpu_compiles)
+        assert resources.get("gpu", "0") == ("1" if alone else "0"), (rule, wildcards)
+        shared = rule in SHARED_GPU_RULES
+        assert resources.get("gpu_jobs", "0") == ("1" if shared else "0"), (rule, wildcards)
+    assert {r for r, _, res in jobs if res.get("gpu") == "1"} == ALONE_GPU_RULES | {
+        "compile_variant"
+    }
+    assert {r for r, _, res in jobs if res.get("gpu_jobs") == "1"} == SHARED_GPU_RULES
+    # env; per task: timing and controls; witness81 (correctness and verify share the GPU)
+    assert sum(res.get("gpu") == "1" for _, _, res in jobs) == 8 + len(gpu_compiles)
 
 
 def default_variants() -> list[str]:

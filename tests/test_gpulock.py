@@ -6,6 +6,7 @@ in for jobs here; each records when it got and left the lock.
 
 from __future__ import annotations
 
+import fcntl
 import threading
 import time
 
@@ -115,3 +116,26 @@ def test_a_lock_folder_that_is_not_there_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(gpulock.LOCK_DIR_VARIABLE, str(tmp_path / "missing"))
     with pytest.raises(KbfuseError, match=r"KBFUSE_GPU_LOCK_DIR=.*missing is not a folder"):
         gpulock.for_device("cpu")
+
+
+@pytest.mark.parametrize("how", ["alone", "shared"])
+def test_a_study_job_holds_the_lock_as_its_stage_says(tmp_path, monkeypatch, how):
+    from kbfuse.workflow import jobs
+
+    monkeypatch.setattr(gpulock, "for_device", lambda device: GpuLock("GPU-test", tmp_path))
+    with jobs._hold_the_gpu(how) as lock:
+        assert lock.held == how
+        # a sharing job gets in beside a sharing one, never beside one alone: probe without
+        # waiting (LOCK_NB) through the lock file itself
+        with open(lock.path, "a") as fh:
+            if how == "shared":
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            else:
+                with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
+                    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    assert lock.held is None
+    with (
+        pytest.raises(KbfuseError, match="GPU lock mode 'both': 'alone' or 'shared'"),
+        jobs._hold_the_gpu("both"),
+    ):
+        pass

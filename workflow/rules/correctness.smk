@@ -12,7 +12,7 @@ rule correctness_variants:
     conda:
         ENV
     resources:
-        gpu=1,
+        gpu_jobs=1,
     params:
         artifacts=variant_artifacts,
         outputs=outputs_by_variant,
@@ -37,7 +37,7 @@ rule correctness_baselines:
     conda:
         ENV
     resources:
-        gpu=1,
+        gpu_jobs=1,
     params:
         seeds=config["seeds"],
         distributions=config["distributions"],

@@ -13,7 +13,7 @@ rule verify_variants:
     conda:
         ENV
     resources:
-        gpu=1,
+        gpu_jobs=1,
     params:
         artifacts=variant_artifacts,
         outputs=outputs_by_variant,

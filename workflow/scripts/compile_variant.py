@@ -1,7 +1,9 @@
 from kbfuse.workflow.jobs import job
 
 # The compile needs the GPU only to read its architecture (arch: auto), through the driver.
-with job(snakemake.log[0], "compile", gpu=bool(snakemake.resources.gpu), torch=False):
+with job(
+    snakemake.log[0], "compile", gpu=bool(snakemake.resources.gpu), torch=False, gpu_lock="shared"
+):
     from kbfuse.compilation.compile import compile_variant
 
     compile_variant(

@@ -1,6 +1,6 @@
 from kbfuse.workflow.jobs import job
 
-with job(snakemake.log[0], "correctness_baselines", gpu=True):
+with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock="shared"):
     from kbfuse.checks.correctness import run_baselines
 
     run_baselines(

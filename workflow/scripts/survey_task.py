@@ -6,7 +6,7 @@ from kbfuse.workflow.jobs import job
 
 share_compile_caches(snakemake.params.cache)  # before torch is imported
 settings = snakemake.params.settings
-with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda", gpu_lock=False):
+with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda", gpu_lock=None):
     run_survey_task(
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,

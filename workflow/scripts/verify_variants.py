@@ -1,6 +1,6 @@
 from kbfuse.workflow.jobs import job
 
-with job(snakemake.log[0], "verify", gpu=True):
+with job(snakemake.log[0], "verify", gpu=True, gpu_lock="shared"):
     from kbfuse.checks.verify import verify_variants
 
     verify_variants(

@@ -3,7 +3,8 @@
 `job(log, gpu=...)` sends the job's output to its log, isolates the CUDA compute cache
 and CuPy's kernel cache in a private scratch directory before anything can initialise
 CUDA, and, for GPU stages, fails fast with a clear message when no GPU is visible and then
-holds the GPU alone (kbfuse.workflow.gpulock) until the job ends.
+holds the GPU lock (kbfuse.workflow.gpulock) until the job ends: alone for the stages that time
+or measure the device, shared for those that only compute.
 
 A KbfuseError (bad input, or a machine that cannot run the stage) ends the job with exit
 status 1 and its one-line message, once, on the terminal and in the log, without a
@@ -91,22 +92,29 @@ def announce_cpu_target(arch: str, targets: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _alone_on_the_gpu() -> Iterator[gpulock.GpuLock]:
+def _hold_the_gpu(how: str) -> Iterator[gpulock.GpuLock]:
+    if how not in ("alone", "shared"):
+        raise KbfuseError(f"GPU lock mode {how!r}: 'alone' or 'shared'")
     lock = gpulock.for_device("cuda")
-    with lock.alone():
+    with getattr(lock, how)():
         yield lock
 
 
 @contextlib.contextmanager
 def job(
-    log: str | Path, stage: str, gpu: bool = False, torch: bool = True, gpu_lock: bool = True
+    log: str | Path,
+    stage: str,
+    gpu: bool = False,
+    torch: bool = True,
+    gpu_lock: str | None = "alone",
 ) -> Iterator[dict]:
     """Context for one workflow job; yields the CUDA cache record to store in its output.
 
     gpu: fail at once without a GPU; torch: whether the stage needs torch's CUDA too;
-    gpu_lock: hold the GPU alone for the whole job (kbfuse.workflow.gpulock), so that no
-    survey job shares the device with it. The survey's jobs pass False: they take the lock
-    phase by phase themselves."""
+    gpu_lock: how a GPU job holds the GPU lock (kbfuse.workflow.gpulock) for its whole life:
+    "alone" (it times, or measures the device: nothing else on it), "shared" (it only computes:
+    beside other sharing jobs, never beside a timing one), or None (the survey's jobs, which
+    take the lock phase by phase themselves)."""
     log_path = Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -127,8 +135,8 @@ def job(
             with contextlib.ExitStack() as held:
                 if gpu:
                     require_gpu(stage, torch=torch)
-                if gpu and torch and gpu_lock:
-                    lock = held.enter_context(_alone_on_the_gpu())
+                if gpu and gpu_lock is not None:
+                    lock = held.enter_context(_hold_the_gpu(gpu_lock))
                     logging.getLogger("kbfuse").info("GPU lock %s after %.1f s", lock.path,
                                                      lock.waited_s)  # fmt: skip
                 yield record

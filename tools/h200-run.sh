@@ -4,7 +4,7 @@
 # build the HTML report, run the GPU tests, and pack results and logs into $OUT.
 #   carry: .whl (the Snakemake wheels), .kb (a clone of KernelBench at the pin), .nvrtc12
 #   usage: bash tools/h200-run.sh MODES [pytest paths...], MODES a comma-separated list of
-#   study: the study and its HTML report; benchmarks: the benchmarks that read the study's
+#   study: the study (--cores $STUDY_CORES, default every core) and its HTML report; benchmarks: the benchmarks that read the study's
 #   results (tail roofline, dry-run overhead, ncu of the tails); tests: the GPU tests (with a
 #   time limit of $PYTEST_TIMEOUT s); startup: the GPU-job start-up benchmark; all: study,
 #   benchmarks and tests; survey: `snakemake survey` (extra --config items in $SURVEY_CONFIG,
@@ -42,7 +42,7 @@ kb="kernelbench={url: $PWD/.kb/KernelBench.git, commit: $commit}"
 if has study; then
   stamp study start
   start=$(date +%s)
-  python3 -m snakemake --cores 1 --keep-going all --config "$kb" > "$OUT/study.log" 2>&1 || rc=$?
+  python3 -m snakemake --cores "${STUDY_CORES:-$(nproc)}" --keep-going all --config "$kb" > "$OUT/study.log" 2>&1 || rc=$?
   echo "study wall time: $(( $(date +%s) - start )) s (rc $rc)" | tee -a "$OUT/phases.txt"
   tail -n 30 "$OUT/study.log"
   stamp report

@@ -123,14 +123,18 @@ class Tail:
     # Clamp bounds written as literals in the pinned forward body (None: read from the model).
     literal_bounds: tuple[float, float] | None = None
 
-    def linear(self, model) -> nn.Module:
-        layer = getattr(model, self.linear_attr, None)
-        if not isinstance(layer, nn.Linear):
+    def attribute(self, model, name: str, kind: type, expected: str):
+        """`model.<name>`, a KbfuseError naming the task unless it is a `kind`."""
+        value = getattr(model, name, None)
+        if not isinstance(value, kind):
             raise KbfuseError(
-                f"task {self.task}: model attribute {self.linear_attr!r} is "
-                f"{type(layer).__name__}, expected nn.Linear"
+                f"task {self.task}: model attribute {name!r} is "
+                f"{type(value).__name__}, expected {expected}"
             )
-        return layer
+        return value
+
+    def linear(self, model) -> nn.Module:
+        return self.attribute(model, self.linear_attr, nn.Linear, "nn.Linear")
 
     def reference(self, model, y: torch.Tensor) -> torch.Tensor:
         """The model's own tail on linear output `y`: its forward with the linear -> Identity.
@@ -229,13 +233,7 @@ class AddSwishTanhGeluHardtanhTail(Tail):
     add_attr: str = "add_value"
 
     def add_value(self, model) -> torch.Tensor:
-        add = getattr(model, self.add_attr, None)
-        if not isinstance(add, torch.Tensor):
-            raise KbfuseError(
-                f"task {self.task}: model attribute {self.add_attr!r} is "
-                f"{type(add).__name__}, expected a tensor parameter"
-            )
-        return add
+        return self.attribute(model, self.add_attr, torch.Tensor, "a tensor parameter")
 
     def validate(self, model, y, out, *, require_cuda: bool = True) -> None:
         super().validate(model, y, out, require_cuda=require_cuda)

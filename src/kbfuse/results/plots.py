@@ -12,8 +12,10 @@ PNG files are written atomically and carry no timestamp or matplotlib version.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +41,20 @@ def _save(fig, path: str | Path) -> None:
     write_bytes(path, buf.getvalue())
 
 
+@contextlib.contextmanager
+def figure(path: str | Path, *args, **kwargs) -> Iterator[tuple]:
+    """`plt.subplots(*args, **kwargs)` as (fig, axes): laid out and written to `path` when the
+    block ends (PNG, the same bytes for the same figure), closed whatever happens."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(*args, **kwargs)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def _require_finite(rows: pd.DataFrame, columns: list[str], what: str) -> None:
     """Refuse, before anything is drawn, a value that cannot be plotted (NaN, inf, < 0)."""
     for col in columns:
@@ -58,7 +74,6 @@ def plot_tail_times(timing_tail: pd.DataFrame, task: int, path: str | Path) -> N
     if rows.empty:
         raise KbfuseError(f"timing_tail has no {GRAPH_METHOD!r} rows for task {task}")
     _require_finite(rows, ["median_ms", "q1_ms", "q3_ms", "floor_ms"], f"timing_tail task {task}")
-    plt = _pyplot()
     impls = list(rows["impl"])
     medians = rows["median_ms"].to_numpy(dtype=float) * 1e3
     lower = medians - rows["q1_ms"].to_numpy(dtype=float) * 1e3
@@ -66,8 +81,7 @@ def plot_tail_times(timing_tail: pd.DataFrame, task: int, path: str | Path) -> N
     floors = set(rows["floor_ms"].round(12))
     colors = ["tab:gray" if kind == "baseline" else "tab:blue" for kind in rows["kind"]]
 
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(impls) + 2), 4.0))
-    try:
+    with figure(path, figsize=(max(5.0, 0.9 * len(impls) + 2), 4.0)) as (fig, ax):
         ax.bar(range(len(impls)), medians, color=colors, yerr=[lower, upper], capsize=3)
         for floor in sorted(floors):
             ax.axhline(floor * 1e3, color="tab:red", linestyle="--", linewidth=1)
@@ -95,10 +109,6 @@ def plot_tail_times(timing_tail: pd.DataFrame, task: int, path: str | Path) -> N
         ax.set_ylabel("tail time, median (us)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"task {task}: fused tail vs copy floor (CUDA graph replay)", fontsize=10)
-        fig.tight_layout()
-        _save(fig, path)
-    finally:
-        plt.close(fig)
 
 
 def plot_control_bit_equality(table: pd.DataFrame, path: str | Path) -> None:
@@ -108,20 +118,16 @@ def plot_control_bit_equality(table: pd.DataFrame, path: str | Path) -> None:
     if not tasks:
         raise KbfuseError("control_bit_equality has no rows to plot")
     _require_finite(table, ["elements", "elements_bit_equal"], "control_bit_equality")
-    plt = _pyplot()
     from matplotlib.colors import ListedColormap
 
     variants = list(dict.fromkeys(table["variant"]))
     sets = list(dict.fromkeys(table["control_set"]))
     colors = ListedColormap(["#e8a29a", "#9fd49a"])  # differs, bit-identical
 
-    fig, axes = plt.subplots(
-        len(tasks),
+    with figure(path, len(tasks),
         1,
         figsize=(1.25 * len(sets) + 3.0, (0.42 * len(variants) + 0.9) * len(tasks) + 0.6),
-        squeeze=False,
-    )
-    try:
+        squeeze=False,) as (fig, axes):
         for ax, task in zip(axes[:, 0], tasks, strict=True):
             grid = [[math.nan] * len(sets) for _ in variants]
             for row in table[table["task"] == task].itertuples():
@@ -143,7 +149,3 @@ def plot_control_bit_equality(table: pd.DataFrame, path: str | Path) -> None:
             "bit-equal elements per variant x control set (green: all bit-identical to eager)",
             fontsize=10,
         )
-        fig.tight_layout()
-        _save(fig, path)
-    finally:
-        plt.close(fig)

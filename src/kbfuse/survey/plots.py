@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbfuse.results.plots import _pyplot, _save
+from kbfuse.results.plots import figure
 from kbfuse.survey.classify import COPY, GENERATED, LIBRARY, POINTWISE, REDUCTION, UNCLASSIFIED
 
 # bar segment -> (categories summed, colour)
@@ -44,11 +44,9 @@ def _segments(row) -> dict[str, float]:
 def plot_time_split(main, categories, mode: str, path: str | Path) -> None:
     """Kernel time per category as shares of each bar (total ms written at its end), eager
     and best compiled, one pair of bars per task."""
-    plt = _pyplot()
     cats = categories[categories["numerics"] == mode] if len(categories) else categories
     order = [t for t in main["task"] if len(cats) and t in set(cats["task"])] if len(main) else []
-    fig, ax = plt.subplots(figsize=(8.0, 0.5 * len(order) + 1.8))
-    try:
+    with figure(path, figsize=(8.0, 0.5 * len(order) + 1.8)) as (fig, ax):
         if not order:
             _empty(ax, f"no kernel profile in mode {mode}")
         for i, task in enumerate(order):
@@ -90,20 +88,14 @@ def plot_time_split(main, categories, mode: str, path: str | Path) -> None:
             ax.set_ylabel("task (most time outside library kernels first)")
             ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
         ax.set_title(f"where the time goes ({mode})", fontsize=10, pad=22)
-        fig.tight_layout()
-        _save(fig, path)
-    finally:
-        plt.close(fig)
 
 
 def plot_speedup_vs_outside(main, mode: str, path: str | Path) -> None:
     """Best compiled speedup over eager against the outside-library share, blind spots marked."""
-    plt = _pyplot()
     from matplotlib.ticker import FuncFormatter
 
     rows = main.dropna(subset=["outside_pct", "eager_ms", "best_ms"]) if len(main) else main
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    try:
+    with figure(path, figsize=(6.5, 4.5)) as (fig, ax):
         if rows.empty:
             _empty(ax, f"no task with both a time and a kernel profile in mode {mode}")
         else:
@@ -134,10 +126,6 @@ def plot_speedup_vs_outside(main, mode: str, path: str | Path) -> None:
             ax.set_ylabel("speedup of best compiled over eager")
             ax.legend(fontsize=7)
         ax.set_title(f"compiled speedup vs time outside library kernels ({mode})", fontsize=10)
-        fig.tight_layout()
-        _save(fig, path)
-    finally:
-        plt.close(fig)
 
 
 def write_plots(main, categories, mode: str, outdir: str | Path) -> list[Path]:

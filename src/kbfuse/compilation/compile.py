@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbfuse.compilation import cudacache, disasm, kernelsrc, nvrtc, routes
-from kbfuse.errors import KbfuseError
+from kbfuse.errors import KbfuseError, matching
 from kbfuse.faults import checkpoint
 from kbfuse.io import sha256_bytes, sha256_file, write_bytes, write_json, write_text
 
@@ -119,12 +119,12 @@ def gpu_arch() -> str:
 def resolve_arch(arch: str) -> str:
     if arch == "auto":
         return gpu_arch()
-    if not isinstance(arch, str) or not ARCH_PATTERN.fullmatch(arch):
-        raise KbfuseError(
-            f"arch {arch!r} is neither 'auto' nor of the form sm_XY of a known architecture "
-            "(e.g. sm_90)"
-        )
-    return arch
+    return matching(
+        arch,
+        ARCH_PATTERN,
+        f"arch {arch!r} is neither 'auto' nor of the form sm_XY of a known architecture "
+        "(e.g. sm_90)",
+    )
 
 
 def virtual_arch(arch: str) -> str:

@@ -173,19 +173,9 @@ _OPTION_SPECS = (
     OptionSpec("optimization-info", "opt-info", "choice", ("inline",)),
     OptionSpec("display-error-number", "err-no", nvcc=True),
     OptionSpec("no-display-error-number", "no-err-no"),
-    OptionSpec(
-        "diag-error", "diag-error", "value", repeatable=True, nvcc=True, value_pattern=_DIAGNOSTICS
-    ),
-    OptionSpec(
-        "diag-suppress",
-        "diag-suppress",
-        "value",
-        repeatable=True,
-        nvcc=True,
-        value_pattern=_DIAGNOSTICS,
-    ),
-    OptionSpec(
-        "diag-warn", "diag-warn", "value", repeatable=True, nvcc=True, value_pattern=_DIAGNOSTICS
+    *(
+        OptionSpec(name, name, "value", repeatable=True, nvcc=True, value_pattern=_DIAGNOSTICS)
+        for name in ("diag-error", "diag-suppress", "diag-warn")
     ),
     OptionSpec("brief-diagnostics", "brief-diag", "bool"),
     OptionSpec("time", "time", "value", refused="writes a timing file"),

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from kbfuse.results.bundle import open_bundle
-from kbfuse.errors import KbfuseError
+from kbfuse.errors import KbfuseError, matching
 from kbfuse.results.manifest import environment_of
 from kbfuse.results.summary import build_tables, write_table
 from kbfuse.results.tables import flatten
@@ -72,12 +72,12 @@ LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+()/,:-]{0,79}$")
 def check_label(label: str) -> str:
     """An explicit label: 1-80 characters, letters, digits, space and ._+()/,:- (it becomes
     a column name in the tables, inside [...])."""
-    if not isinstance(label, str) or not LABEL_PATTERN.match(label):
-        raise KbfuseError(
-            f"label {label!r} is not usable: 1-80 characters from letters, digits, "
-            "space and ._+()/,:- (starting with a letter or digit)"
-        )
-    return label
+    return matching(
+        label,
+        LABEL_PATTERN,
+        f"label {label!r} is not usable: 1-80 characters from letters, digits, "
+        "space and ._+()/,:- (starting with a letter or digit)",
+    )
 
 
 def _clean(value: Any) -> str:

@@ -71,24 +71,36 @@ def _check_pair(reference: torch.Tensor, candidate: torch.Tensor) -> None:
         )
 
 
+def _allclose(
+    reference: torch.Tensor,
+    candidate: torch.Tensor,
+    atol: float,
+    rtol: float,
+    scaled_by_reference: bool,
+) -> bool:
+    """`torch.allclose(input, other)` holds where |input - other| <= atol + rtol * |other|: its
+    second argument scales the relative term, so the argument order decides the predicate."""
+    _check_pair(reference, candidate)
+    check_tolerance(atol, rtol)
+    first, second = (candidate, reference) if scaled_by_reference else (reference, candidate)
+    with torch.no_grad():
+        return bool(torch.allclose(first, second, atol=atol, rtol=rtol))
+
+
 def official_allclose(
     reference: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: float
 ) -> bool:
-    """The pinned KernelBench predicate: `torch.allclose(reference, candidate, atol, rtol)`."""
-    _check_pair(reference, candidate)
-    check_tolerance(atol, rtol)
-    with torch.no_grad():
-        return bool(torch.allclose(reference, candidate, atol=atol, rtol=rtol))
+    """The pinned KernelBench predicate: `torch.allclose(reference, candidate, atol, rtol)`
+    (`|candidate|` scales the relative term)."""
+    return _allclose(reference, candidate, atol, rtol, scaled_by_reference=False)
 
 
 def historical_allclose(
     reference: torch.Tensor, candidate: torch.Tensor, atol: float, rtol: float
 ) -> bool:
-    """Same as official with `|reference|` scaling the relative term."""
-    _check_pair(reference, candidate)
-    check_tolerance(atol, rtol)
-    with torch.no_grad():
-        return bool(torch.allclose(candidate, reference, atol=atol, rtol=rtol))
+    """Same as official with `|reference|` scaling the relative term:
+    `torch.allclose(candidate, reference, atol, rtol)`."""
+    return _allclose(reference, candidate, atol, rtol, scaled_by_reference=True)
 
 
 def _nonfinite_masks(

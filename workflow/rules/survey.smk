@@ -1,6 +1,6 @@
 # The survey of KernelBench level-2 tasks (config key survey; config/README.md): one job per
-# task, one record per task and numerics mode, results/survey/{numerics}/tasks/{task}.json. The task list is a
-# checkpoint (survey.tasks: all is resolved against the pinned checkout); each task is pinned
+# task, one record per task and numerics mode, results/survey/{numerics}/tasks/{task}.json.
+# The task list is a checkpoint (survey.tasks: all is resolved against the pinned checkout); each task is pinned
 # on its own (its file's sha256 a param, so editing one task file reruns that task only), and
 # the per-task jobs' params leave out the task list, so adding a task reruns nothing else.
 # The summary and the `survey` target live in survey_summary.smk.

@@ -1,7 +1,7 @@
 """The survey: every KernelBench level-2 task against eager, TorchScript and Inductor.
 
-One job per task and numerics mode (`kbfuse.survey.job.run_survey_task`) writes one
-`survey_task` record (schema `kbfuse/schemas/survey_task.schema.json`, docs/contracts.md).
+One job per task (`kbfuse.survey.job.run_survey_task`) writes one `survey_task` record per
+numerics mode (schema `kbfuse/schemas/survey_task.schema.json`, docs/contracts.md).
 Each step is its own small module with one job:
 
 - `settings`: the `survey:` config block (defaults, checks, numerics modes);

@@ -82,7 +82,7 @@ CACHE_COUNTERS = (
 
 def compile_cache_counts() -> dict[str, int]:
     """Inductor's FX-graph and AOTAutograd cache hits and misses so far in this process: did
-    the shared cache (or a survey_compile job before) spare this job a compile?"""
+    the shared cache (an earlier job's compile of the same graph) spare this job a compile?"""
     from torch._dynamo.utils import counters
 
     return {key: int(counters[group][key]) for group, key in CACHE_COUNTERS}

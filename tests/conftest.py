@@ -66,6 +66,68 @@ def pytest_collection_modifyitems(config, items):
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
     _skip_without_nvcc(items)
+    items.sort(key=_module_rank(items))
+
+
+# --------------------------------------------------------------------------- distribution
+#
+# README's command is `pytest -n auto`. The suite's time is its child processes' (Snakemake
+# and its jobs, candidates, compiles), and a test waits for them about a fifth of its wall time
+# (locks, polls, the time limits it tests), so `auto` starts half as many workers again as there
+# are cores: the waits of one overlap the work of the others (docs/newcomer.md has the figures).
+# Work goes out a file at a time (`--dist loadfile`): a module's fixtures (a workflow run, a set
+# of checked candidates) are then built once, not once on each worker that gets one of its
+# tests. The files go out in the order below, longest first, so that no long file starts last
+# and keeps one worker busy after the others have finished. An explicit -n or --dist wins.
+
+# The longest files on two cores, longest first (docs/newcomer.md's run); then the other
+# modules marked slow, then the rest, each group in collection order.
+LONGEST_FIRST = (
+    "test_interruption",
+    "test_survey_slurm",
+    "test_survey_workflow",
+    "test_check_candidates",
+    "test_check_workflow",
+    "test_concurrency",
+    "test_reference_integrity",
+    "test_newcomer_workflow",
+    "test_workflow",
+)
+
+
+def _module_rank(items):
+    """Sort key of an item: its module's place in LONGEST_FIRST, then slow modules, then the
+    rest (a module's items stay together and in their order: the sort is stable)."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        name = getattr(getattr(item, "module", None), "__name__", "")
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name)
+        return len(LONGEST_FIRST) + (0 if name in slow else 1)
+
+    return rank
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
+def pytest_xdist_auto_num_workers(config):
+    """Workers for `-n auto`: the cores this process may use, and half as many again (at least
+    one more). PYTEST_XDIST_AUTO_NUM_WORKERS, where set, decides, as in pytest-xdist."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    return cores + max(1, cores // 2)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """`-n N` without --dist: whole files to each worker, in collection order (see above)."""
+    option = config.option
+    if getattr(option, "numprocesses", None) and option.dist == "no" and not option.distload:
+        # (numprocesses exists only where pytest-xdist is loaded)
+        option.dist = "loadfile"
+        option.loadscopereorder = False
 
 
 # As the session found them: torch.compile run in this process (in a test or a module fixture)

@@ -109,15 +109,25 @@ def _module_rank(items):
     return rank
 
 
+# More workers than this only wait for the longest file (about a minute alone), while each
+# one imports torch and collects every test.
+MAX_AUTO_WORKERS = 8
+
+
+def auto_workers(cores: int) -> int:
+    """Workers for `cores` cores: half as many again (at least one more), at most
+    MAX_AUTO_WORKERS."""
+    return min(cores + max(1, cores // 2), MAX_AUTO_WORKERS)
+
+
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
 def pytest_xdist_auto_num_workers(config):
-    """Workers for `-n auto`: the cores this process may use, and half as many again (at least
-    one more). PYTEST_XDIST_AUTO_NUM_WORKERS, where set, decides, as in pytest-xdist."""
+    """Workers for `-n auto`: auto_workers of the cores this process may use.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, where set, decides, as in pytest-xdist."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cores = cores or 1
-    return cores + max(1, cores // 2)
+    return auto_workers(cores or 1)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -57,8 +57,8 @@ SLOW_MODULES = {
 
 
 def _is_slow(item) -> bool:
-    module = getattr(getattr(item, "module", None), "__name__", "")
-    return module in SLOW_MODULES or "workflow_copy" in getattr(item, "fixturenames", ())
+    copies = "workflow_copy" in getattr(item, "fixturenames", ())
+    return _module_name(item) in SLOW_MODULES or copies
 
 
 def pytest_collection_modifyitems(config, items):
@@ -95,13 +95,17 @@ LONGEST_FIRST = (
 )
 
 
+def _module_name(item) -> str:
+    return getattr(getattr(item, "module", None), "__name__", "")
+
+
 def _module_rank(items):
     """Sort key of an item: its module's place in LONGEST_FIRST, then slow modules, then the
     rest (a module's items stay together and in their order: the sort is stable)."""
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    slow = {_module_name(item) for item in items if item.get_closest_marker("slow")}
 
     def rank(item) -> int:
-        name = getattr(getattr(item, "module", None), "__name__", "")
+        name = _module_name(item)
         if name in LONGEST_FIRST:
             return LONGEST_FIRST.index(name)
         return len(LONGEST_FIRST) + (0 if name in slow else 1)

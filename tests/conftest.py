@@ -53,8 +53,8 @@ SLOW_MODULES = {
 
 
 def _is_slow(item) -> bool:
-    module = getattr(getattr(item, "module", None), "__name__", "")
-    return module in SLOW_MODULES or "workflow_copy" in getattr(item, "fixturenames", ())
+    copies = "workflow_copy" in getattr(item, "fixturenames", ())
+    return _module_name(item) in SLOW_MODULES or copies
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,6 +62,82 @@ def pytest_collection_modifyitems(config, items):
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
     _skip_without_nvcc(items)
+    items.sort(key=_module_rank(items))
+
+
+# --------------------------------------------------------------------------- distribution
+#
+# README's command is `pytest -n auto`. The suite's time is its child processes' (Snakemake
+# and its jobs, candidates, compiles), and a test waits for them about a fifth of its wall time
+# (locks, polls, the time limits it tests), so `auto` starts half as many workers again as there
+# are cores: the waits of one overlap the work of the others (docs/newcomer.md has the figures).
+# Work goes out a file at a time (`--dist loadfile`): a module's fixtures (a workflow run, a set
+# of checked candidates) are then built once, not once on each worker that gets one of its
+# tests. The files go out in the order below, longest first, so that no long file starts last
+# and keeps one worker busy after the others have finished. An explicit -n or --dist wins.
+
+# The longest files on two cores, longest first (docs/newcomer.md's run); then the other
+# modules marked slow, then the rest, each group in collection order.
+LONGEST_FIRST = (
+    "test_interruption",
+    "test_survey_slurm",
+    "test_survey_workflow",
+    "test_check_candidates",
+    "test_check_workflow",
+    "test_concurrency",
+    "test_reference_integrity",
+    "test_newcomer_workflow",
+    "test_workflow",
+)
+
+
+def _module_name(item) -> str:
+    return getattr(getattr(item, "module", None), "__name__", "")
+
+
+def _module_rank(items):
+    """Sort key of an item: its module's place in LONGEST_FIRST, then slow modules, then the
+    rest (a module's items stay together and in their order: the sort is stable)."""
+    slow = {_module_name(item) for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        name = _module_name(item)
+        if name in LONGEST_FIRST:
+            return LONGEST_FIRST.index(name)
+        return len(LONGEST_FIRST) + (0 if name in slow else 1)
+
+    return rank
+
+
+# More workers than this only wait for the longest file (about a minute alone), while each
+# one imports torch and collects every test.
+MAX_AUTO_WORKERS = 8
+
+
+def auto_workers(cores: int) -> int:
+    """Workers for `cores` cores: half as many again (at least one more), at most
+    MAX_AUTO_WORKERS."""
+    return min(cores + max(1, cores // 2), MAX_AUTO_WORKERS)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
+def pytest_xdist_auto_num_workers(config):
+    """Workers for `-n auto`: auto_workers of the cores this process may use.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, where set, decides, as in pytest-xdist."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return auto_workers(cores or 1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """`-n N` without --dist: whole files to each worker, in collection order (see above)."""
+    option = config.option
+    if getattr(option, "numprocesses", None) and option.dist == "no" and not option.distload:
+        # (numprocesses exists only where pytest-xdist is loaded)
+        option.dist = "loadfile"
+        option.loadscopereorder = False
 
 
 # As the session found them: torch.compile run in this process (in a test or a module fixture)

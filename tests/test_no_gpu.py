@@ -9,6 +9,7 @@ and start nothing that depends on it. These tests can only run where CUDA sees n
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -55,27 +56,39 @@ def test_env_fingerprint_fails_fast_with_a_clear_message(workflow_copy):
     assert not (workdir / "results/benchmarks/env/fingerprint.tsv").exists()
 
 
-def cpu_part(workdir: Path, kb_repo) -> tuple[Path, Path]:
-    config = write_test_config(workdir, *kb_repo, tasks=[53, 81])
+@pytest.fixture(scope="module")
+def cpu_built(tmp_path_factory, kb_repo) -> tuple[Path, Path]:
+    """A workflow copy after `snakemake cpu` (pin, NVRTC compiles, direction witness), for a
+    study with the default NVRTC only: its NVRTC 12.9 twins would be five more compiles of the
+    same kind (test_workflow.py runs them). Tests get copies of it (cpu_done, ...)."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("no-gpu") / "built")
+    config = write_test_config(workdir, *kb_repo, tasks=[53, 81], nvrtc_versions=[])
     snakemake(workdir, "--cores", "2", "cpu", "--configfile", str(config))
     return workdir, config
 
 
-@pytest.fixture(scope="module")
-def cpu_done(tmp_path_factory, kb_repo):
-    """A workflow copy after `snakemake cpu` (pin, NVRTC compiles, direction witness)."""
-    return cpu_part(copy_workflow(tmp_path_factory.mktemp("no-gpu")), kb_repo)
+def copy_of(built: tuple[Path, Path], dest: Path) -> tuple[Path, Path]:
+    """A copy of a built workflow, its files' times and Snakemake's metadata kept."""
+    workdir, config = built
+    shutil.copytree(workdir, dest, symlinks=True)
+    return dest, dest / config.name
 
 
-@pytest.fixture(scope="module")
-def cpu_done_without_cupy(tmp_path_factory, kb_repo):
-    """The same, for a study without CuPy's route: the CPU part compiles every variant."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("no-gpu-no-cupy"))
+@pytest.fixture
+def cpu_done(cpu_built, tmp_path):
+    return copy_of(cpu_built, tmp_path / "wf")
+
+
+@pytest.fixture
+def cpu_done_without_cupy(cpu_built, tmp_path):
+    """The same, for a study without CuPy's route: the CPU part has compiled every variant,
+    and stays complete (the test checks it)."""
+    workdir, config = copy_of(cpu_built, tmp_path / "wf")
     study = workdir / "config/config.yaml"
     cfg = yaml.safe_load(study.read_text())
     del cfg["variants"]["cupy-default"]  # a --configfile overlay can add variants, not drop them
     study.write_text(yaml.safe_dump(cfg))
-    return cpu_part(workdir, kb_repo)
+    return workdir, config
 
 
 # One output of every GPU rule whose inputs the CPU part provides (the CuPy route's compile

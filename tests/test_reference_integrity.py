@@ -153,10 +153,12 @@ def test_summary_refuses_a_correctness_file_with_a_foreign_artifact(tmp_path, re
     recorded = data["provenance"]["artifact_sha256"]
     data["provenance"]["artifact_sha256"] = "0" * 64
     write_json(root / rel, data)
-    variant = Path(rel).stem
+    variant, task = Path(rel).stem, int(Path(rel).parent.name)
     assert recorded == read_json(root / f"compile/{variant}/meta.json")["artifact_sha256"]
+    # The summary of the file's own task, every variant: provenance is checked file by file,
+    # and reading (schema-checking) the other tasks' records too doubled each case's time.
     with pytest.raises(KbfuseError, match="provenance.artifact_sha256") as info:
-        build_tables(root, CONFIG)
+        build_tables(root, {**CONFIG, "tasks": [task]})
     message = str(info.value)
     assert str(root / rel) in message
     assert "provenance.artifact_sha256" in message

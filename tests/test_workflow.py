@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -31,9 +32,17 @@ TASKS = [int(t) for t in DEFAULT["tasks"]]
 AGGREGATES = {("margin_audit", ""), ("summary", ""), ("manifest", ""), ("bundle", "")}
 
 
+def dry_run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return snakemake(workdir, "--dry-run", "--cores", "1", *args)
+
+
 def planned_jobs(workdir: Path, *args: str) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job a dry-run would run."""
-    proc = snakemake(workdir, "--dry-run", "--cores", "1", *args)
+    return jobs_in(dry_run(workdir, *args))
+
+
+def jobs_in(proc: subprocess.CompletedProcess) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job in a dry-run's output."""
     jobs, rule = set(), None
     for line in proc.stdout.splitlines():
         if m := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
@@ -47,9 +56,8 @@ def planned_jobs(workdir: Path, *args: str) -> set[tuple[str, str]]:
     return jobs
 
 
-def planned_outputs(workdir: Path, *args: str) -> dict[tuple[str, str], list[str]]:
-    """(rule, wildcards) -> output files of every job a dry-run would run."""
-    proc = snakemake(workdir, "--dry-run", "--cores", "1", *args)
+def outputs_in(proc: subprocess.CompletedProcess) -> dict[tuple[str, str], list[str]]:
+    """(rule, wildcards) -> output files of every job in a dry-run's output."""
     outputs: dict[tuple[str, str], list[str]] = {}
     rule = wildcards = files = None
     for line in [*proc.stdout.splitlines(), ""]:
@@ -74,9 +82,19 @@ def rules_of(jobs) -> dict[str, int]:
     return counts
 
 
-def test_full_default_dag_by_dry_run(workflow_copy):
-    workdir, overlay = workflow_copy
-    jobs = planned_jobs(workdir, "all", "--configfile", str(overlay))
+@pytest.fixture(scope="module")
+def default_dag(tmp_path_factory, kb_repo) -> subprocess.CompletedProcess:
+    """The dry-run of `all` for the default study in a fresh copy of the workflow (one run for
+    the tests that read its jobs and their outputs)."""
+    from conftest import copy_workflow
+
+    workdir = copy_workflow(tmp_path_factory.mktemp("default-dag"))
+    overlay = write_test_config(workdir, *kb_repo)
+    return dry_run(workdir, "all", "--configfile", str(overlay))
+
+
+def test_full_default_dag_by_dry_run(default_dag):
+    jobs = jobs_in(default_dag)
     n_tasks = len(TASKS)
     assert TASKS == [53, 81, 95]
     assert rules_of(jobs) == {
@@ -104,9 +122,8 @@ def test_full_default_dag_by_dry_run(workflow_copy):
     assert len(jobs) == 11 + 5 * n_tasks + len(ALL_VARIANTS)
 
 
-def test_one_job_writes_every_variants_correctness_and_verify_file(workflow_copy):
-    workdir, overlay = workflow_copy
-    outputs = planned_outputs(workdir, "all", "--configfile", str(overlay))
+def test_one_job_writes_every_variants_correctness_and_verify_file(default_dag):
+    outputs = outputs_in(default_dag)
     for task in TASKS:
         assert sorted(outputs[("correctness_variants", f"task={task}")]) == sorted(
             f"results/correctness/{task}/{v}.json" for v in ALL_VARIANTS

@@ -52,6 +52,14 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 @cache
+def _imports_of(path: Path, stamp: tuple[int, int]) -> frozenset[str]:
+    """_imported_modules(path), parsed once per version of the file (its mtime and size): the
+    Snakefile's closures share most modules, and parsing them again for each closure took a
+    quarter of every Snakemake start (0.5 of 1.8 s on the CPU)."""
+    return frozenset(_imported_modules(path))
+
+
+@cache
 def module_closure(module: str, src: Path = SRC) -> tuple[str, ...]:
     """Sorted module names reachable from `module` through kbfuse imports (itself included)."""
     seen: set[str] = set()
@@ -68,7 +76,8 @@ def module_closure(module: str, src: Path = SRC) -> tuple[str, ...]:
         if name in seen:
             continue
         seen.add(name)
-        todo.extend(_imported_modules(path) - seen)
+        stat = path.stat()
+        todo.extend(_imports_of(path, (stat.st_mtime_ns, stat.st_size)) - seen)
         if "." in name:  # importing a module of a subpackage runs the subpackage's __init__
             todo.append(name.rsplit(".", 1)[0].removesuffix(".__init__"))
     return tuple(sorted(seen))

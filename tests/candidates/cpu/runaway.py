@@ -1,5 +1,8 @@
 # kbfuse-task: 2/53
-# Never returns: the wall-time limit must end it.
+# Never returns: the wall-time limit must end it. (It sleeps rather than spins: the limit is
+# on wall time, and a spinning loop took a core from the rest of the suite for the whole limit.)
+import time
+
 import torch.nn as nn
 
 
@@ -13,4 +16,4 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         while True:
-            pass
+            time.sleep(0.1)

@@ -39,7 +39,7 @@ LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin", "directi
 @pytest.fixture(scope="module")
 def submitted(tmp_path_factory, kb_repo):
     workdir = copy_workflow(tmp_path_factory.mktemp("cluster") / "wf")
-    overlay = write_test_config(workdir, *kb_repo)
+    overlay = write_test_config(workdir, *kb_repo, nvrtc_versions=[])
     submit = workdir.parent / "submit.sh"
     submit.write_text(SUBMIT)
     submit.chmod(submit.stat().st_mode | stat.S_IXUSR)
@@ -57,6 +57,8 @@ def submitted(tmp_path_factory, kb_repo):
         "2",
         "--latency-wait",
         "5",
+        "--seconds-between-status-checks",
+        "1",
         "cpu",
         "--configfile",
         str(overlay),
@@ -115,7 +117,8 @@ def test_the_survey_is_submitted_one_job_per_task_with_a_gpu_each(tmp_path):
         workdir, "--workflow-profile", "profiles/slurm", "--executor", "cluster-generic",
         "--cluster-generic-submit-cmd",
         f"{submit} {{rule}} {{resources.gpu}} {{resources.mem_mb}} {{resources.cpus_per_task}}",
-        "--jobs", "2", "--latency-wait", "5", "survey_records", "--configfile", str(overlay),
+        "--jobs", "2", "--latency-wait", "5", "--seconds-between-status-checks", "1",
+        "survey_records", "--configfile", str(overlay),
         env={**os.environ, "KBFUSE_SUBMITTED": str(log)},
     )  # fmt: skip
     lines = sorted(log.read_text().splitlines())

@@ -7,6 +7,8 @@ from the pinned checkout, which CI does not fetch.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -73,3 +75,20 @@ def test_the_summary_tables_say_what_the_records_say(recs):
             if rec["determinism"] and rec["determinism"]["verdict"] == "nondeterministic"
         }
         assert set(main[main.nondeterministic].task) == nondeterministic
+
+
+def test_kbfuse_verify_bundle_checks_the_folder_and_names_a_changed_file(tmp_path, capsys):
+    from kbfuse.workflow.cli import main
+
+    assert main(["verify-bundle", str(REFERENCE)]) == 0
+    assert "files listed in manifest: 419" in capsys.readouterr().out
+    copy = tmp_path / "survey"
+    shutil.copytree(REFERENCE, copy)
+    record = copy / "survey" / "strict" / "tasks" / "53.json"
+    record.write_text(record.read_text().replace('"blind_spot": false', '"blind_spot": true'))
+    (copy / "notes.txt").write_text("not in the manifest\n")
+    assert main(["verify-bundle", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert "CHANGED survey/strict/tasks/53.json" in out and "EXTRA notes.txt" in out
+    assert main(["verify-bundle", str(copy), "--ignore", "notes.txt", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["extra"] == []

@@ -8,8 +8,7 @@ Snakemake benchmark files, the environment fingerprint and the KernelBench check
 (the survey's pin of the commit). The job logs stay out: their warnings quote the run
 machine's paths. Then writes `manifest.json` over the copies (the manifest quotes the
 checkout record as its pin), with the study config that was in force (`--config`, the
-default config/config.yaml). Check it with `kbfuse verify-bundle`'s folder form or the test
-that reads it (tests/test_survey_reference.py).
+default config/config.yaml). Check it with `kbfuse verify-bundle FOLDER`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The `kbfuse` command: verify a result bundle, compare bundles, rebuild a summary.
 
-    kbfuse verify-bundle BUNDLE [--json]
+    kbfuse verify-bundle BUNDLE|FOLDER [--ignore GLOB ...] [--json]
     kbfuse compare BUNDLE BUNDLE [...] --out DIR [--label LABEL ...]
     kbfuse summarize RESULTS_DIR --config CONFIG --out DIR [--kernels DIR]
     kbfuse check CANDIDATE.py [--task 2/53] [--kernelbench DIR | --task-file FILE] [--out JSON]
@@ -70,8 +70,15 @@ def _out_dir(path: str) -> Path:
 
 def _verify(args: argparse.Namespace) -> int:
     from kbfuse.results.bundle import format_report, verify_bundle
+    from kbfuse.results.manifest import verify_manifest
 
-    report = verify_bundle(_need_file(args.bundle, "bundle"))
+    path = Path(args.bundle)
+    if path.is_dir():  # a results folder with its manifest.json (e.g. a committed reference)
+        manifest = _need_file(str(path / "manifest.json"), "manifest of the folder")
+        report = verify_manifest(path, manifest, ignore=["manifest.json", *args.ignore])
+        report["bundle"] = str(path)
+    else:
+        report = verify_bundle(_need_file(args.bundle, "bundle"))
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
     else:
@@ -127,8 +134,21 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"kbfuse {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify-bundle", help="check a bundle against the manifest inside it")
-    v.add_argument("bundle", help="path to a .tar.gz made by the bundle rule")
+    v = sub.add_parser(
+        "verify-bundle",
+        help="check a bundle, or a results folder, against the manifest inside it",
+    )
+    v.add_argument(
+        "bundle",
+        help="a .tar.gz made by the bundle rule, or a folder with its manifest.json",
+    )
+    v.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="a folder's files to leave out (relative paths; again for more)",
+    )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     v.set_defaults(run=_verify)
     c = sub.add_parser("compare", help="put two or more verified bundles side by side")

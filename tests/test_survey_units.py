@@ -78,6 +78,16 @@ def test_same_bits_tells_signed_zeros_and_nan_payloads_apart():
     assert not determinism.same_bits(zero, (zero,))
 
 
+def test_same_bits_looks_at_both_parts_of_complex_values():
+    nan = torch.complex(torch.tensor([float("nan")]), torch.tensor([0.0]))
+    other_nan = torch.complex(torch.tensor([-float("nan")]), torch.tensor([0.0]))
+    assert determinism.same_bits(nan, nan.clone())  # equal payloads: the same bits
+    assert not determinism.same_bits(nan, other_nan)  # another NaN's sign bit
+    zero = torch.complex(torch.tensor([0.0]), torch.tensor([0.0]))
+    signed = torch.complex(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not determinism.same_bits(zero, signed)  # equal as numbers, not as bits
+
+
 def test_blind_spots_of_a_tiny_output_and_of_an_identity():
     small = torch.full((4,), 1e-3)
     spots = blindspots.check(small, [torch.ones(3)])

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from kbfuse import layout
 from kbfuse.candidates.check import (
     check_candidate,
     checkout_commit,
@@ -17,7 +18,9 @@ with job(snakemake.log[0], "check_candidate"):
     verdict = Path(snakemake.output.verdict)
     # The survey's record of the task, when the survey ran (KernelBench's numerics first: the
     # reference here runs with torch's defaults, as KernelBench's evaluator does).
-    surveys = [f"results/survey/{mode}/tasks/{task}.json" for mode in SURVEY_MODES]
+    surveys = [
+        layout.file("survey_record", numerics=mode, survey_task=task) for mode in SURVEY_MODES
+    ]
     survey = next((path for path in surveys if Path(path).is_file()), None)
     device = default_device()
     # The candidate is timed: no survey job may share the device meanwhile.

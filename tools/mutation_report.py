@@ -43,6 +43,14 @@ MODULES = (
     "workflow.config",
     "workflow.deps",
     "compilation.cudacache",
+    "workflow.gpulock",
+    "survey.correctness",
+    "survey.blindspots",
+    "survey.determinism",
+    "survey.classify",
+    "survey.timing",
+    "candidates.flags",
+    "candidates.verdict",
 )
 # Functions that launch kernels or build the model on the GPU: no CPU test can run them.
 GPU_ONLY = (
@@ -51,6 +59,9 @@ GPU_ONLY = (
     "checks.verify.witness_output",
     "checks.verify._float32_value",
     "checks.verify.Task81Witness.*",
+    "survey.timing._cold_l2",
+    "survey.timing._events",
+    "survey.timing.capture_problem",
 )
 GOAL = 0.90
 NOT_KILLED = ("survived", "no tests", "timeout", "suspicious")

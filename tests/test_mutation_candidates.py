@@ -5,9 +5,12 @@ check's status and detail from the stage results, the findings, and nvcc's optio
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kbfuse.candidates import flags, verdict
+from kbfuse.errors import KbfuseError
 
 
 def case(ok: bool = True, **extra) -> dict:
@@ -102,6 +105,8 @@ def test_more_than_four_failing_cases_are_cut_short():
     cases = {n: case(False) for n in names}
     detail = verdict._cases_check(cases, names, "official")["detail"]
     assert detail == "6/6 official case(s) fail: o0, o1, o2, o3 ... (max error 0.5)"
+    five = verdict._cases_check(cases, names[:5], "official")["detail"]
+    assert five == "5/5 official case(s) fail: o0, o1, o2, o3 ... (max error 0.5)"
     four = verdict._cases_check(cases, names[:4], "official")["detail"]
     assert four == "4/4 official case(s) fail: o0, o1, o2, o3 (max error 0.5)"
 
@@ -447,11 +452,45 @@ def test_ptxas_and_host_options_in_every_spelling():
     assert last["ptxas_options"] == []
 
 
+def within(seconds: float, function, *args):
+    """`function(*args)`, failing the test when it has not returned after `seconds` (a mistake
+    in how far implications' loop steps can make it run for ever: a failure, not a hang)."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(value=function(*args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{function.__name__} still running after {seconds} s"
+    return result["value"]
+
+
+def test_options_that_take_a_value_anywhere_in_the_list_are_stepped_over_once():
+    tokens = [
+        "-O3",
+        "-lineinfo",
+        "-Xptxas",
+        "-v",
+        "--fmad",
+        "false",
+        "-Xcompiler",
+        "-ffast-math",
+        "-Xptxas=--def-load-cache=ca",
+        "--ftz=true",
+        "-Xptxas",
+    ]
+    implied = within(10, flags.implications, tokens)
+    assert implied["ptxas_options"] == ["-v", "--def-load-cache=ca"]
+    assert implied["explicit"] == {"fmad": "false", "ftz": "true"}
+    assert implied["host_fast_math"] == ["-ffast-math"]
+    assert implied["fmad"] is False and implied["ftz"] is True
+
+
 def test_ninja_flags_join_continued_lines_and_skip_the_rest(tmp_path):
     path = tmp_path / "build.ninja"
     path.write_bytes(
         b"cflags = -O3 $\n  -fPIC\n"
         b"  cuda_cflags = -indented\n"
+        b" ldflags = -one-space\n"
+        b"\tcflags = -tab\n"
         b"ldflags\n"
         b"cuda_cflags=--use_fast_math '-D X=1'\n"
         b"post_cflags = -DA='unterminated \xff\n"
@@ -469,11 +508,14 @@ def test_ninja_builds_are_sorted_with_device_and_host_flags_in_order(tmp_path):
     for name, text in [
         ("b_ext", "cuda_cflags = --ftz=true\ncuda_post_cflags = -O3\n"),
         ("a_ext", "cflags = -O2\npost_cflags = -Ofast\ncuda_post_cflags = --use_fast_math\n"),
+        ("c_ext", "cuda_cflags = --fmad=false\n"),  # no post flags, no host flags
     ]:
         (tmp_path / "x" / name).mkdir(parents=True)
         (tmp_path / "x" / name / "build.ninja").write_text(text)
     builds = flags.ninja_builds(str(tmp_path))
-    assert [b["extension"] for b in builds] == ["a_ext", "b_ext"]
+    assert [b["extension"] for b in builds] == ["a_ext", "b_ext", "c_ext"]
+    assert builds[2]["cuda_flags"] == ["--fmad=false"] and builds[2]["host_flags"] == []
+    assert builds[2]["implies"]["fmad"] is False
     assert builds[0]["cuda_flags"] == ["--use_fast_math"]
     assert builds[0]["host_flags"] == ["-O2", "-Ofast"]
     assert builds[0]["implies"]["host_fast_math"] == ["-Ofast"]
@@ -491,3 +533,27 @@ def test_user_flags_skip_builds_without_flags():
     ]
     assert flags.user_device_flags(captured) == ["-a", "-b", "c d"]
     assert flags.split_flags([3, "-x -y"]) == ["3", "-x", "-y"]
+
+
+# --------------------------------------------------------------------------- validate
+
+SMALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "array", "items": {"type": "integer"}},
+        "b": {"type": "integer"},
+    },
+}
+
+
+def test_validate_names_the_first_field_by_path_and_cuts_the_message(monkeypatch):
+    monkeypatch.setattr(verdict, "schema", lambda: SMALL_SCHEMA)
+    verdict.validate({"a": [1, 2], "b": 3}, "ok")  # nothing to say
+    with pytest.raises(KbfuseError) as refused:
+        verdict.validate({"b": "s", "a": [1, "x"]}, "rec")
+    assert str(refused.value) == "rec: field a.1: 'x' is not of type 'integer'"
+    with pytest.raises(KbfuseError) as long:
+        verdict.validate({"a": ["y" * 400]}, "rec")
+    message = str(long.value)
+    assert message.startswith("rec: field a.0: 'yyy")
+    assert len(message) == len("rec: field a.0: ") + 300

@@ -350,9 +350,10 @@ def stats(values):
 
 def test_speedups_without_eager_or_compiled_baselines_are_none():
     timing = {
+        "cold_l2": {"eager": stats([1.0, 1.0])},  # no candidate figures: left out, not the end
+        "graph_missing": "the candidate synchronises while captured",
         "events": {"candidate": stats([1.0, 1.0]), "torchscript": stats([2.0, 4.0])},
         "graph": {"candidate": stats([1.0, 1.0])},
-        "cold_l2": {"eager": stats([1.0, 1.0])},
     }
     result = verdict.speedups(timing)
     assert list(result) == ["events", "graph"]
@@ -378,6 +379,8 @@ def test_speedups_pair_per_round_over_the_whole_block():
     }
     entry = verdict.speedups(timing)["events"]
     assert entry["best_compiled"] == "inductor"  # the lower median, not the lowest sample
+    faster_script = {**timing["events"], "torchscript": stats([0.5, 0.5, 0.5, 0.5, 0.5])}
+    assert verdict.speedups({"events": faster_script})["events"]["best_compiled"] == "torchscript"
     assert entry["over_eager"]["median"] == 1.0
     assert entry["over_best_compiled"]["median"] == 0.5
     # one cycle is the four timed implementations of the block: four rounds are balanced
@@ -400,6 +403,8 @@ def test_speedups_pair_per_round_over_the_whole_block():
         ("--prec-sqrt", None, None),
         ("ftz=true", None, None),  # not an option: no dash
         ("---ftz=true", None, None),  # three dashes: not nvcc's spelling
+        ("-Xftz=true", None, None),  # only dashes are stripped
+        ("-Xfmad", "false", None),
         ("--ftzz=true", None, None),
         ("--O3", None, None),
     ],

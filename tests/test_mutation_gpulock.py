@@ -64,6 +64,9 @@ def test_an_error_inside_gives_the_lock_back(tmp_path):
 def test_nesting_is_refused_in_both_orders_with_the_files_name(tmp_path):
     lock = GpuLock("GPU-x", tmp_path)
     with lock.alone():
+        # checked first: a hold that did not record itself would let the shared request below
+        # wait for this very lock for ever
+        assert lock.held == "alone"
         with pytest.raises(KbfuseError) as refused, lock.shared():
             pass
         assert str(refused.value) == (

@@ -370,6 +370,14 @@ def test_wall_timing_on_the_cpu_samples_each_baseline_per_round(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(survey_timing.time, "perf_counter", clock)
     calls, log = [], []
+    seeds = []
+    orders = survey_timing.measure.round_orders
+
+    def spy(names, rounds, seed):
+        seeds.append(seed)
+        return orders(names, rounds, seed)
+
+    monkeypatch.setattr(survey_timing.measure, "round_orders", spy)
     runs = {"eager": timed(clock, 2.0, calls), "inductor": timed(clock, 0.5)}
     timing, ratios, failures = survey_timing.time_baselines(
         runs, LOOP, "cpu", True, "53", log.append
@@ -384,7 +392,9 @@ def test_wall_timing_on_the_cpu_samples_each_baseline_per_round(monkeypatch):
     assert list(ratios) == ["inductor"]
     assert ratios["inductor"]["wall"]["median"] == pytest.approx(4.0)
     assert log[0] == "timing wall: ['eager', 'inductor']"
-    assert log[1].startswith("7/53/wall: round 1/4 order ")
+    assert seeds == ["7/53/wall"]  # the block's seed decides the orders
+    expected = orders(["eager", "inductor"], 4, "7/53/wall")
+    assert log[1:] == [f"7/53/wall: round {i + 1}/4 order {o}" for i, o in enumerate(expected)]
     assert len(log) == 5
 
 
@@ -441,6 +451,7 @@ def test_a_baseline_failure_carries_its_name_and_cause():
 def fake_gpu_timer(seen: list, name: str | None = None):
     def timer(runs, protocol, seed, log, method="events"):
         seen.append((name or method, list(runs), seed))
+        log(f"timed {name or method}")
         rounds = protocol["rounds"]
         samples = {name: [float(run())] * rounds for name, run in runs.items()}
         return samples, {name: list(range(rounds)) for name in runs}
@@ -492,6 +503,11 @@ def test_gpu_methods_time_events_graph_and_cold_l2_without_the_uncapturable(monk
     assert ratios["torchscript"]["events"]["median"] == 2.0
     assert ratios["inductor"]["graph"]["median"] == 0.5
     assert "graph: torchscript cannot be captured: " + problems["torchscript"] in log
+    assert [line for line in log if line.startswith("timed ")] == [
+        "timed events",
+        "timed graph",
+        "timed cold_l2",
+    ]
 
 
 def test_a_graph_block_that_fails_as_a_whole_leaves_graph_figures_out(monkeypatch):

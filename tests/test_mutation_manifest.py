@@ -117,3 +117,19 @@ def test_verification_hashes_only_the_files_the_manifest_lists(results, tmp_path
     assert sorted(hashed) == [m.FINGERPRINT, m.PIN, "verify/53.json"]
     assert m.CHECKOUT_PIN in report["extra"] and "verify/53.json" not in report["extra"]
     assert report["ok"] is False
+
+
+def test_checking_the_quoted_config_leaves_the_manifest_as_it_was(results, tmp_path):
+    """The config check fills defaults (kernelbench.level, each variant's fields) into what it
+    checks; that must be a copy, nested levels included, or the manifest read back would no
+    longer match its own content hash."""
+    root, config, _ = results
+    quoted = json.loads(json.dumps(config))
+    del quoted["kernelbench"]["level"]  # filled in by the check
+    out = tmp_path / "manifest.json"
+    m.build_manifest(root, [], quoted, out)
+    data, problems = m.load_manifest(out)
+    assert problems == []
+    assert "level" not in data["config"]["kernelbench"]
+    assert data["config"] == quoted
+    assert m.verify_manifest(root, out, ignore=["*"])["ok"] is True

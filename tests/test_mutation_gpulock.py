@@ -67,7 +67,10 @@ def test_nesting_is_refused_in_both_orders_with_the_files_name(tmp_path):
         # checked first: a hold that did not record itself would let the shared request below
         # wait for this very lock for ever
         assert lock.held == "alone"
-        with pytest.raises(KbfuseError) as refused, lock.shared():
+        with (
+            pytest.raises(KbfuseError, match="asked to be shared while already alone") as refused,
+            lock.shared(),
+        ):
             pass
         assert str(refused.value) == (
             f"GPU lock {lock.path}: asked to be shared while already alone"

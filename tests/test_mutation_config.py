@@ -284,3 +284,11 @@ def test_the_check_block_is_checked_after_the_rest_word_for_word():
     cfg["check"] = "x"
     with pytest.raises(KbfuseError, match=r"\n  config key check is 'x': it must be a mapping$"):
         check_config(cfg, ROOT / "kernels")
+
+
+def test_true_and_false_become_booleans_only_where_the_schema_wants_one():
+    assert coerce_numbers("true", {"type": "string"}) == "true"
+    assert coerce_numbers("false", {}) == "false"
+    assert coerce_numbers("true", {"type": "boolean"}) is True
+    assert coerce_numbers("false", {"type": "boolean"}) is False
+    assert coerce_numbers("yes", {"type": "boolean"}) == "yes"

@@ -61,17 +61,17 @@ def test_tally_counts_gpu_only_and_other_modules_apart():
 
 
 def test_earlier_figures_only_for_modules_not_in_this_run():
-    runs = report.previous_runs({"checks.numerics", "timing.measure"})
-    assert [run["commit"] for run, _ in runs] == ["bd4c509", "8bdcf32", "f3227ec"]
-    latest, first, second = (counts for _, counts in runs)
-    assert set(latest) == {"workflow.config", "compilation.routes"}
-    assert set(first) == {"checks.verify", "workflow.deps", "compilation.cudacache"}
+    runs = report.previous_runs({"checks.numerics", "timing.measure", "results.bundle"})
+    assert [run["commit"] for run, _ in runs] == ["9d9d17c", "8bdcf32"]
+    latest, first = (counts for _, counts in runs)
+    assert set(latest) == {"results.records", "timing.gate", "workflow.deps", "compilation.routes"}
+    assert set(first) == {"checks.verify"}
     assert first["checks.verify"]["gpu-only"] == 122
-    assert set(second) == {"timing.gate", "results.manifest"}
-    assert second["timing.gate"] == Counter({"scored": 99, "killed": 99, "not run": 236})
-    section = "\n".join(report.previous_section({"checks.numerics", "timing.measure"}))
+    section = "\n".join(report.previous_section({"checks.numerics"}))
     assert "| checks.verify | 389 | 386 | 3 | 0 | 0 | 99.2% | 122 | 0 |" in section
-    assert "| workflow.config | 463 | 458 | 5 | 0 | 0 | 98.9% | 0 | 0 |" in section
+    assert "| results.bundle | 548 | 536 | 11 | 0 | 1 | 97.8% | 0 | 0 |" in section
+    assert "| timing.measure | 215 | 213 | 2 | 0 | 0 | 99.1% | 79 | 6 |" in section
+    assert "| checks.numerics |" not in section
     assert "`kbfuse.bundle` for today's `kbfuse.results.bundle`" in section
     assert report.previous_section(set(report.MODULES)) == []
 

@@ -255,29 +255,27 @@ def test_at_most_five_errors_are_shown_in_path_order_then_a_count(manifest):
     assert lines[1:] == [*shown[:5], f"... and {len(files) - 5} more"]
 
 
-def test_a_sixth_error_is_counted(manifest):
+def _bad_sizes(manifest: dict, count: int) -> str:
+    """The message for a manifest with `count` more files whose size is not an integer."""
     record = next(iter(manifest["files"].values()))
-    files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in range(6)}
+    files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in range(count)}
     with pytest.raises(
         KbfuseError, match=r"^m does not follow the manifest record schema:\n"
     ) as err:
         records.validate_record(
             {**manifest, "files": {**manifest["files"], **files}}, "manifest", "m"
         )
-    assert str(err.value).split("\n  ")[-1] == "... and 1 more"
+    return str(err.value)
+
+
+def test_a_sixth_error_is_counted(manifest):
+    assert _bad_sizes(manifest, 6).split("\n  ")[-1] == "... and 1 more"
 
 
 def test_exactly_five_errors_get_no_count(manifest):
-    record = next(iter(manifest["files"].values()))
-    files = {f"extra/{i}.json": {**record, "bytes": "x"} for i in range(5)}
-    with pytest.raises(
-        KbfuseError, match=r"^m does not follow the manifest record schema:\n"
-    ) as err:
-        records.validate_record(
-            {**manifest, "files": {**manifest["files"], **files}}, "manifest", "m"
-        )
-    assert len(str(err.value).split("\n  ")) == 6
-    assert "more" not in str(err.value)
+    message = _bad_sizes(manifest, 5)
+    assert len(message.split("\n  ")) == 6
+    assert "more" not in message
 
 
 def test_an_unknown_kind_is_named_with_the_known_ones():

@@ -160,6 +160,8 @@ def test_a_task_whose_eager_forward_fails_still_gets_a_record(checkout, tmp_path
         assert rec["baselines"][name]["failure"]["error"] == "RuntimeError"
     assert rec["output"] is None and rec["determinism"] is None and rec["flops"] is None
     assert rec["blind_spot"] is False and rec["ratios"] == {}
+    # nothing left to time: the job never waited to have the device alone
+    assert set(rec["phases_s"]) == {"load", "wait_shared", "reference_and_builds"}
 
 
 def test_time_method_drops_only_the_failing_baseline():

@@ -276,23 +276,20 @@ def survey_task(
         phase.seconds["wait_shared"] = lock.waited_s
         with phase("reference_and_builds"):
             _references_and_builds(t, per_mode, job)
-    if _out_of_memory(per_mode):
+    rerun = _out_of_memory(per_mode)
+    if rerun:
         # Beside other jobs, memory they hold can make a large task fail: once more, alone.
         say("out of memory beside other jobs: the whole task again, alone on the device")
         job.update(built_in=None, rerun_alone=True)
         per_mode = [_Mode(m.name, _new_record(t, m.name, phase, job)) for m in per_mode]
-        _release_memory()
+    _release_memory()  # what the allocator caches, for the jobs that run meanwhile
+    if rerun or any(m.runs for m in per_mode):  # nothing to time: no wait for the device
         waited = lock.waited_s
         with lock.alone():
             phase.seconds["wait_alone"] = lock.waited_s - waited
-            with phase("reference_and_builds"):
-                _references_and_builds(t, per_mode, job)
-            _time_and_profile(t, per_mode, phase)
-    else:
-        _release_memory()  # what the allocator caches, for the jobs that run meanwhile
-        waited = lock.waited_s
-        with lock.alone():
-            phase.seconds["wait_alone"] = lock.waited_s - waited
+            if rerun:
+                with phase("reference_and_builds"):
+                    _references_and_builds(t, per_mode, job)
             _time_and_profile(t, per_mode, phase)
     for m in per_mode:
         m.record.setdefault("ratios", {})

@@ -78,7 +78,7 @@ def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
     row: dict[str, Any] = {"task": int(task), "job_s": job_s}
     row["startup_s"] = job_s - inside if inside is not None else None
     for phase in RECORD_PHASES:
-        row[f"{phase}_s"] = float((phases or {}).get(phase, 0.0)) if phases is not None else None
+        row[f"{phase}_s"] = float(phases.get(phase, 0.0)) if phases is not None else None
     row["alone_s"] = row["timing_s"] + row["profile_s"] if phases is not None else None
     row["notes"] = "; ".join(notes)
     return row

@@ -10,6 +10,13 @@
 #   benchmarks and tests; survey: `snakemake survey` (extra --config items in $SURVEY_CONFIG,
 #   a time limit of $SURVEY_TIMEOUT s). Without pytest paths, tests runs every GPU test, those
 #   of test_compile.py in a process of their own first.
+# Runs longer than one call (10 minutes) go to the background, where they outlive the call on
+# the warm machine (it keeps processes and files for a short while between calls):
+#   bg-survey, bg-study, bg-check: start `snakemake survey`, `all` or `check` (every core) in
+#   the background, with fresh compile caches for the study; wait: wait for every background
+#   run until $WAIT_UNTIL s into the call (default 560). Their logs, start and end times and
+#   exit codes are in /tmp/kbfuse-bg and come back in the archive. A later call skips the
+#   install when the machine still has it.
 set -uo pipefail
 what="${1:-all}"
 shift || true
@@ -26,9 +33,15 @@ commit=$(python3 -c 'import yaml; print(yaml.safe_load(open("config/config.yaml"
 stamp() { echo "== $(date -u +%FT%TZ) $*" | tee -a "$OUT/phases.txt"; }
 
 stamp install
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+if [ -f /tmp/kbfuse-installed ]; then
+  export PYTHONPATH=/tmp/site
+  echo "install: already there (warm machine)" | tee -a "$OUT/phases.txt"
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+  python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+  touch /tmp/kbfuse-installed
+fi
 # NVRTC 12.9 (the nvrtc12-* variants) travels as its two libraries, xz-compressed, in
 # .nvrtc12/ (unzip the nvidia-cuda-nvrtc-cu12 12.9.86 wheel's nvidia/cuda_nvrtc/lib/*.so*).
 if [ -d .nvrtc12 ]; then
@@ -96,6 +109,49 @@ if has survey; then
     --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"} > "$OUT/survey.log" 2>&1 || rc=$?
   echo "survey wall time: $(( $(date +%s) - start )) s (rc $rc)" | tee -a "$OUT/phases.txt"
   tail -n 20 "$OUT/survey.log"
+fi
+bg=/tmp/kbfuse-bg
+start_bg() {  # NAME COMMAND...: run COMMAND in its own session, past the end of this call
+  local name=$1
+  shift
+  mkdir -p "$bg"
+  date +%s > "$bg/$name.start"
+  stamp "background $name: $*"
+  setsid nohup bash -c '"$@"; echo $? > '"$bg/$name.rc"'; date +%s > '"$bg/$name.end" \
+    _ "$@" > "$bg/$name.log" 2>&1 < /dev/null &
+}
+snake() { python3 -m snakemake --cores "$(nproc)" --keep-going "$@" --config "$kb"; }
+export kb
+export -f snake
+if has bg-survey; then start_bg survey snake survey; fi
+if has bg-check; then start_bg check snake check; fi
+if has bg-study; then
+  mkdir -p /tmp/study-caches
+  start_bg study env TORCHINDUCTOR_CACHE_DIR=/tmp/study-caches/inductor \
+    TRITON_CACHE_DIR=/tmp/study-caches/triton python3 -m snakemake --cores "$(nproc)" \
+    --keep-going all --config "$kb"
+fi
+if has wait; then
+  stamp wait
+  while [ "$SECONDS" -lt "${WAIT_UNTIL:-560}" ]; do
+    running=0
+    for f in "$bg"/*.start; do [ -e "$f" ] && [ ! -e "${f%.start}.end" ] && running=1; done
+    [ "$running" = 0 ] && break
+    sleep 5
+  done
+fi
+if [ -d "$bg" ]; then
+  for f in "$bg"/*.start; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f" .start)
+    if [ -e "$bg/$n.end" ]; then
+      echo "background $n: $(( $(cat "$bg/$n.end") - $(cat "$f") )) s, rc $(cat "$bg/$n.rc")"
+    else
+      echo "background $n: running for $(( $(date +%s) - $(cat "$f") )) s"
+    fi | tee -a "$OUT/phases.txt"
+    tail -n 5 "$bg/$n.log"
+  done
+  cp -r "$bg" "$OUT/background"
 fi
 stamp pack
 tar czf "$OUT/results.tar.gz" --exclude=results/kernelbench/checkout --exclude=results/report.html \

@@ -51,8 +51,10 @@ rule check_candidate:
         layout.log("check/{candidate}"),
     conda:
         ENV
+    # Several checks at once: each builds and runs its reference beside the others and has the
+    # GPU alone while its candidate runs and is timed (the GPU lock, kbfuse.candidates.check).
     resources:
-        gpu=1,
+        gpu_jobs=1,
     params:
         settings=CHECK,
         task=lambda wildcards: list(CANDIDATES[wildcards.candidate]),

@@ -23,18 +23,19 @@ with job(snakemake.log[0], "check_candidate"):
     ]
     survey = next((path for path in surveys if Path(path).is_file()), None)
     device = default_device()
-    # The candidate is timed: no survey job may share the device meanwhile.
-    with gpulock.for_device(device).alone():
-        record = check_candidate(
-            snakemake.input.candidate,
-            level,
-            task,
-            find_task_file(checkout, level, task),
-            verdict,
-            dict(snakemake.params.settings),
-            device=device,
-            commit=checkout_commit(checkout),
-            survey=survey,
-            log_dir=Path(snakemake.log[0]).parent,
-        )
+    # Builds and references share the device with other jobs; the candidate's timed run has
+    # it alone (kbfuse.candidates.check).
+    record = check_candidate(
+        snakemake.input.candidate,
+        level,
+        task,
+        find_task_file(checkout, level, task),
+        verdict,
+        dict(snakemake.params.settings),
+        device=device,
+        commit=checkout_commit(checkout),
+        survey=survey,
+        log_dir=Path(snakemake.log[0]).parent,
+        lock=gpulock.for_device(device),
+    )
     print(f"{verdict}: {record['verdict']} {' '.join(record['failed_checks'])}")

@@ -4,11 +4,17 @@ The parent (this process) never imports the candidate. It
   1. checks its arguments and settings (spec.check_settings) and reads the task file;
   2. runs the `reference` child (the task's Model on every case) in scratch/reference;
   3. runs the `candidate` child (kbfuse.candidates.runner) in scratch/candidate, with the
-     inputs the reference wrote, under the wall-time and memory limits (sandbox);
+     inputs the reference wrote, under the wall-time and memory limits (sandbox): first its
+     build stage alone when a GPU lock is given (`build` process: nvcc and ninja, which take
+     most of a check), then every stage in a fresh process on the same extensions folder,
+     where the build is found already made;
   4. on a GPU, runs the `witness` child on the flags the candidate built with;
   5. reads every tensor back with `weights_only=True`, compares (compare), decides (verdict),
      validates the record against its schema and writes it (atomically), with the three
      children's logs beside it.
+With a GPU lock (kbfuse.workflow.gpulock), the reference, the build and the witness share the
+device with other jobs; the candidate's full run, which times, has it alone, and waits for it
+before its process starts, so waiting never counts against the candidate's time limit.
 The scratch folder is deleted afterwards unless `keep_scratch`. A problem of the harness (a
 missing task file, a reference that fails) raises KbfuseError and writes nothing; anything
 the candidate does ends in a verdict.
@@ -16,6 +22,7 @@ the candidate does ends in a verdict.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -32,7 +39,7 @@ from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file, write_json
 
 OFFICIAL_ATOL = OFFICIAL_RTOL = 1e-2  # KernelBench at the pin, float32
-ROLES = ("reference", "candidate", "witness")
+ROLES = ("reference", "build", "candidate", "witness")
 
 
 def find_task_file(checkout: str | Path, level: int, task: int) -> Path:
@@ -72,10 +79,15 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _child(role: str, request: dict, folder: Path, limits: Limits, log: Path, env=None):
-    request_path = folder.parent / f"{role}-request.json"
-    request_path.write_text(json.dumps({**request, "out": str(folder / "out")}))
+def _child(role: str, request: dict, folder: Path, limits: Limits, log: Path, env=None, out="out"):
+    request_path = folder.parent / f"{role}-{out}-request.json"
+    request_path.write_text(json.dumps({**request, "out": str(folder / out)}))
     return run_child(role, request_path, folder, limits, log, env)
+
+
+def _holding(lock, how: str):
+    """`lock.shared()` or `lock.alone()`; nothing without a lock."""
+    return contextlib.nullcontext() if lock is None else getattr(lock, how)()
 
 
 def witness_env(settings: dict) -> dict[str, str] | None:
@@ -115,7 +127,19 @@ def run_reference(task_file: Path, settings: dict, device: str, scratch: Path, l
     return cases, info, out
 
 
-def run_candidate(candidate, task_file, settings, device, cases, ref_out, scratch, limits, log):
+def _built(outcome: Outcome, out: Path) -> bool:
+    runner = _read_json(out / "runner.json") or {}
+    return outcome.status == "exited" and "build" in (runner.get("stages_done") or [])
+
+
+def run_candidate(
+    candidate, task_file, settings, device, cases, ref_out, scratch, limits, logs, lock=None
+):
+    """With a GPU lock, the candidate's build-only run (device shared), then its full run
+    (device alone); a candidate that does not build is judged on the build run (the full run
+    would only repeat the failure). Without a lock, the full run only. Returns both outcomes
+    (the build run's None when it did not run or is the one judged) and the folder of the run
+    judged."""
     folder = scratch / "candidate"
     folder.mkdir()
     shutil.copyfile(candidate, folder / "candidate.py")
@@ -131,8 +155,22 @@ def run_candidate(candidate, task_file, settings, device, cases, ref_out, scratc
         "baselines": settings["baselines"],
         "timing": settings["timing"],
     }
-    outcome = _child("candidate", request, folder, limits, log)
-    return outcome, folder / "out"
+    if lock is None:
+        return None, _child("candidate", request, folder, limits, logs["candidate"]), folder / "out"
+    with lock.shared():
+        build = _child(
+            "candidate",
+            {**request, "stages": ["build"]},
+            folder,
+            limits,
+            logs["build"],
+            out="build",
+        )
+    if not _built(build, folder / "build"):
+        return None, build, folder / "build"
+    with lock.alone():
+        outcome = _child("candidate", request, folder, limits, logs["candidate"])
+    return build, outcome, folder / "out"
 
 
 def witness_builds(runner: dict) -> list[dict]:
@@ -213,21 +251,25 @@ class Evidence:
 
     info: dict  # reference.json: output shape, trivial-candidate status
     cases: list[dict]  # the case list both sides followed
-    outcome: Outcome  # the candidate process
+    outcome: Outcome  # the candidate process judged (the build run when it did not build)
+    build_outcome: Outcome | None  # the build-only run, when the full run followed it
     runner: dict  # runner.json ({} when the process died before writing it)
     witness: list[dict] | None
     witness_outcome: Outcome | None
     correctness: dict
 
 
-def gather(candidate, task_file, settings, device, scratch: Path, logs: dict) -> Evidence:
+def gather(
+    candidate, task_file, settings, device, scratch: Path, logs: dict, lock=None
+) -> Evidence:
     """Run the reference, candidate and witness children in `scratch`; compare the tensors."""
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
-    cases, info, ref_out = run_reference(
-        task_file, settings, device, scratch, limits, logs["reference"]
-    )
-    outcome, cand_out = run_candidate(
-        candidate, task_file, settings, device, cases, ref_out, scratch, limits, logs["candidate"]
+    with _holding(lock, "shared"):
+        cases, info, ref_out = run_reference(
+            task_file, settings, device, scratch, limits, logs["reference"]
+        )
+    build, outcome, cand_out = run_candidate(
+        candidate, task_file, settings, device, cases, ref_out, scratch, limits, logs, lock
     )
     runner = _read_json(cand_out / "runner.json") or {}
     witness, witness_outcome = None, None
@@ -236,13 +278,14 @@ def gather(candidate, task_file, settings, device, scratch: Path, logs: dict) ->
         folder = scratch / "witness"
         folder.mkdir()
         env = witness_env(settings)
-        witness_outcome = _child(
-            "witness", {"builds": builds}, folder, limits, logs["witness"], env
-        )
+        with _holding(lock, "shared"):
+            witness_outcome = _child(
+                "witness", {"builds": builds}, folder, limits, logs["witness"], env
+            )
         witness = _read_json(folder / "out" / "witness.json")
     correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []))
     correctness["skipped_cases"] = runner.get("skipped_cases", {})
-    return Evidence(info, cases, outcome, runner, witness, witness_outcome, correctness)
+    return Evidence(info, cases, outcome, build, runner, witness, witness_outcome, correctness)
 
 
 def check_candidate(
@@ -257,8 +300,10 @@ def check_candidate(
     survey: str | Path | None = None,
     keep_scratch: bool = False,
     log_dir: str | Path | None = None,
+    lock=None,
 ) -> dict:
-    """Check one candidate (see the module docstring); the verdict record, also at `out`."""
+    """Check one candidate (see the module docstring); the verdict record, also at `out`.
+    `lock`: the device's GPU lock (kbfuse.workflow.gpulock), or None to take none."""
     settings = check_settings(settings)
     candidate, task_file, out = Path(candidate), Path(task_file), Path(out)
     for path, what in ((candidate, "candidate file"), (task_file, "task file")):
@@ -271,7 +316,7 @@ def check_candidate(
         log.unlink(missing_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="kbfuse-check-"))
     try:
-        evidence = gather(candidate, task_file, settings, device, scratch, logs)
+        evidence = gather(candidate, task_file, settings, device, scratch, logs, lock)
     finally:
         if keep_scratch:
             print(f"scratch kept: {scratch}")
@@ -333,6 +378,7 @@ def assemble(
         "settings": settings,
         "checks": checks,
         "processes": {
+            "build": evidence.build_outcome.as_dict() if evidence.build_outcome else None,
             "candidate": outcome.as_dict(),
             "witness": evidence.witness_outcome.as_dict() if evidence.witness_outcome else None,
         },

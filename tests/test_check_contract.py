@@ -4,6 +4,8 @@ and the order of synchronisations and events around a timed sample."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch.utils.cpp_extension as ext
 
@@ -16,6 +18,7 @@ def fresh_capture(monkeypatch):
 
     def fake_load_inline(name, cpp_sources, **kwargs):
         calls.append(name)
+        time.sleep(0.05)  # a build that takes a while: its seconds are recorded
         return f"module {name}"
 
     monkeypatch.setattr(ext, "load_inline", fake_load_inline)
@@ -30,6 +33,7 @@ def test_load_inline_is_recorded_and_then_called(fresh_capture):
 
     result = load_inline(name="mine", cpp_sources="", extra_cuda_cflags=["-O3", "--use_fast_math"])
     assert result == "module mine" and fresh_capture == ["mine"]
+    assert 0.05 <= capture.BUILDS[0].pop("seconds") < 5
     assert capture.BUILDS == [
         {
             "route": "torch.utils.cpp_extension.load_inline",

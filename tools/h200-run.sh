@@ -12,7 +12,8 @@
 #   of test_compile.py in a process of their own first.
 # Runs longer than one call (10 minutes) go to the background, where they outlive the call on
 # the warm machine (it keeps processes and files for a short while between calls):
-#   bg-survey, bg-study, bg-check: start `snakemake survey`, `all` or `check` (every core) in
+#   bg-survey, bg-study, bg-check: start `snakemake survey` (and the environment fingerprint),
+#   `all` or `check` (every core) in
 #   the background, with fresh compile caches for the study; wait: wait for every background
 #   run until $WAIT_UNTIL s into the call (default 560). Their logs, start and end times and
 #   exit codes are in /tmp/kbfuse-bg and come back in the archive. A later call skips the
@@ -123,7 +124,8 @@ start_bg() {  # NAME COMMAND...: run COMMAND in its own session, past the end of
 snake() { python3 -m snakemake --cores "$(nproc)" --keep-going "$@" --config "$kb"; }
 export kb
 export -f snake
-if has bg-survey; then start_bg survey snake survey; fi
+# the survey reference (tools/survey_reference.py) needs the machine's fingerprint too
+if has bg-survey; then start_bg survey snake survey results/env/fingerprint.json; fi
 if has bg-check; then start_bg check snake check; fi
 if has bg-study; then
   mkdir -p /tmp/study-caches

@@ -30,6 +30,7 @@ from kbfuse.results.manifest import (  # noqa: E402
 )
 from kbfuse.workflow.config import load_config  # noqa: E402
 
+FINGERPRINT_TARGET = "results/env/fingerprint.json"
 EXTRA_GLOBS = ("survey/task_list.json", "survey/pins/*.json", "benchmarks/survey/*.tsv")
 
 
@@ -40,7 +41,10 @@ def reference_files(results: Path) -> list[str]:
         found.update(p.relative_to(results).as_posix() for p in results.glob(pattern))
     for required in (FINGERPRINT, CHECKOUT_PIN):
         if not (results / required).is_file():
-            raise KbfuseError(f"{results / required} is missing: not a survey run's results")
+            raise KbfuseError(
+                f"{results / required} is missing: run `snakemake survey {FINGERPRINT_TARGET}`"
+                " to its end first"
+            )
         found.add(required)
     if not any(rel.startswith("survey/summary/") for rel in found):
         raise KbfuseError(f"{results}/survey/summary holds nothing: run the survey to its end")

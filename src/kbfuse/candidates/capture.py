@@ -14,6 +14,7 @@ The wrappers record and then call the original function unchanged.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 BUILDS: list[dict[str, Any]] = []
@@ -31,16 +32,21 @@ def _as_list(value: Any) -> list[str]:
 def _wrap_torch(name: str, original):
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
-        BUILDS.append(
-            {
-                "route": f"torch.utils.cpp_extension.{name}",
-                "extension": str(kwargs.get("name", args[0] if args else "")),
-                "extra_cuda_cflags": _as_list(kwargs.get("extra_cuda_cflags")),
-                "extra_cflags": _as_list(kwargs.get("extra_cflags")),
-                "extra_ldflags": _as_list(kwargs.get("extra_ldflags")),
-            }
-        )
-        return original(*args, **kwargs)
+        build = {
+            "route": f"torch.utils.cpp_extension.{name}",
+            "extension": str(kwargs.get("name", args[0] if args else "")),
+            "extra_cuda_cflags": _as_list(kwargs.get("extra_cuda_cflags")),
+            "extra_cflags": _as_list(kwargs.get("extra_cflags")),
+            "extra_ldflags": _as_list(kwargs.get("extra_ldflags")),
+        }
+        BUILDS.append(build)
+        # how long the call took: tens of seconds when nvcc ran, about one when the extension
+        # was found built (the check's full run after its build-only run)
+        started = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            build["seconds"] = round(time.monotonic() - started, 3)
 
     return wrapper
 

@@ -1,0 +1,75 @@
+"""tools/survey_findings.py prints the figures README quotes from the committed H200 survey;
+README quotes what it prints. And tools/survey_reference.py refuses a run without the
+machine's fingerprint, naming the target that makes it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUMMARY = ROOT / "results/reference/h200/survey/survey/summary"
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def printed():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert _tool("survey_findings").main([str(SUMMARY)]) == 0
+    return out.getvalue()
+
+
+def test_the_figures_of_the_reference_survey(printed):
+    strict, defaults = printed.split("## KernelBench's defaults")
+    assert "({'inductor': 90, 'torchscript': 10})" in strict
+    assert "outside library kernels, median: 6.2 %" in strict
+    assert "tasks over half outside: 0" in strict
+    assert "most time outside: 65 (Conv2d_AvgPool_Sigmoid_Sum, 5.3 ms, 47 %" in strict
+    assert "anchor agrees on 51 of 100 tasks" in strict
+    assert "outside library kernels, median: 19.5 %" in defaults
+    assert "tasks over half outside: 18" in defaults
+    assert "19 (ConvTranspose2d_GELU_GroupNorm, 4.7 ms, 65 %, ceiling 2.9x)" in defaults
+    assert "anchor agrees on 95 of 100 tasks (eager over anchor, median 0.95)" in defaults
+    assert "not deterministic: 66, 78" in defaults
+    spots = "blind spots: 8, 22, 23, 36, 38, 42, 45, 49, 51, 56, 58, 65, 80, 83, 89"
+    assert spots in strict and spots in defaults
+    assert "eager, strict over defaults: median 1.00, max 5.9x (task 77)" in printed
+    assert "best compiled, strict over defaults: median 1.60, max 11.6x (task 34)" in printed
+    assert printed.rstrip().endswith("- 0 failed baselines")
+
+
+def test_readme_quotes_those_figures(printed):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### What the H200 reference survey found")[1].split("\n## ")[0]
+    for quoted in ("median 6.2 %", "median 19.5 %", "over half on 18", "would be 2.9x",
+                   "up to 5.9x", "up to 11.6x", "on 95\n  of 100 tasks", "only 51",
+                   "8, 22, 23, 36, 38, 42, 45, 49, 51, 56, 58, 65, 80, 83, 89"):  # fmt: skip
+        assert quoted in section, quoted
+
+
+def test_a_missing_table_is_named(tmp_path, capsys):
+    assert _tool("survey_findings").main([str(tmp_path)]) == 1
+    assert f"{tmp_path}/survey_strict.csv is missing" in capsys.readouterr().err
+
+
+def test_a_run_without_the_fingerprint_is_refused_naming_the_target(tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "results/reference/h200/survey/kernelbench", results / "kernelbench")
+    code = _tool("survey_reference").main(["--results", str(results), "--out", str(tmp_path / "o")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "env/fingerprint.json is missing" in err
+    assert "snakemake survey results/env/fingerprint.json" in err
+    assert not (tmp_path / "o").exists()

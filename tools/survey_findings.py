@@ -1,0 +1,95 @@
+"""The figures README's "What the H200 reference survey found" quotes, from a survey's tables.
+
+    python tools/survey_findings.py results/reference/h200/survey/survey/summary
+
+Reads survey_{strict,kernelbench-defaults}.csv, tf32.csv and failures.csv (written by
+`snakemake survey`) and prints each figure with what it is, so every number in that README
+section can be regenerated from the committed reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+MODES = {"strict": "strict FP32", "kernelbench-defaults": "KernelBench's defaults (TF32 on)"}
+
+
+def _name(row) -> str:
+    return row.file.removesuffix(".py").split("_", 1)[1]
+
+
+def mode_figures(table: pd.DataFrame, top: int) -> list[str]:
+    timed = table.dropna(subset=["outside_pct"])
+    best = timed["best_compiled"].value_counts().to_dict()
+    ranked = timed.sort_values("outside_ms", ascending=False).head(top)
+    anchored = table.dropna(subset=["anchor_eager_ms"])
+    disagree = anchored["anchor_disagrees"].fillna("").astype(str).str.len() > 0
+    lines = [
+        f"tasks with a timed best compiled baseline: {len(timed)} ({best})",
+        f"outside library kernels, median: {timed['outside_pct'].median():.1f} %",
+        f"tasks over half outside: {int((timed['outside_pct'] > 50).sum())}",
+        "most time outside: "
+        + ", ".join(
+            f"{r.task} ({_name(r)}, {r.outside_ms:.1f} ms, {r.outside_pct:.0f} %, "
+            f"ceiling {r.fusion_ceiling:.1f}x)"
+            for r in ranked.itertuples()
+        ),
+        f"KernelBench's H100 anchor agrees on {int((~disagree).sum())} of {len(anchored)} tasks"
+        f" (eager over anchor, median {anchored['eager_over_anchor'].median():.2f})",
+        "blind spots: "
+        + ", ".join(str(t) for t in sorted(table.loc[table["blind_spot"].astype(bool), "task"])),
+        "not deterministic: "
+        + ", ".join(
+            str(t) for t in sorted(table.loc[table["nondeterministic"].astype(bool), "task"])
+        ),
+    ]
+    return lines
+
+
+def tf32_figures(tf32: pd.DataFrame) -> list[str]:
+    lines = []
+    for column, what in (
+        ("eager_strict_over_defaults", "eager"),
+        ("best_strict_over_defaults", "best compiled"),
+    ):
+        ratio = tf32[column].dropna()
+        worst = tf32.loc[ratio.idxmax()]
+        lines.append(
+            f"{what}, strict over defaults: median {ratio.median():.2f}, "
+            f"max {ratio.max():.1f}x (task {worst.task})"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("summary", type=Path, help="a survey's summary folder")
+    parser.add_argument("--top", type=int, default=7, help="tasks listed by time outside")
+    args = parser.parse_args(argv)
+    for mode, title in MODES.items():
+        path = args.summary / f"survey_{mode}.csv"
+        if not path.is_file():
+            print(f"survey_findings: {path} is missing", file=sys.stderr)
+            return 1
+        print(f"## {title}")
+        print("\n".join(f"- {line}" for line in mode_figures(pd.read_csv(path), args.top)))
+    print("## TF32")
+    print("\n".join(f"- {line}" for line in tf32_figures(pd.read_csv(args.summary / "tf32.csv"))))
+    failures = pd.read_csv(args.summary / "failures.csv")
+    print("## Failures")
+    print(
+        f"- {len(failures)} failed baselines"
+        + "".join(
+            f"\n- task {r.task} {r.numerics} {r.baseline}: {r.stage} {r.error}"
+            for r in failures.itertuples()
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

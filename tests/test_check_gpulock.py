@@ -1,15 +1,14 @@
-"""How a check holds the GPU lock (kbfuse.candidates.check): the reference and the candidate's
-build-only process share the device with other jobs, the candidate's full run has it alone and
-finds its build made, and a candidate that does not build never asks for the device alone."""
+"""How a check holds the GPU lock (kbfuse.candidates.check, sandbox.Handoff): the reference
+shares the device with other jobs, the candidate shares it while it builds and runs its cases
+and has it alone for its guards and timing; the parent's wait for the lock is not counted
+against the candidate's time limit, and the candidate's processes are stopped meanwhile."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
+import time
 from pathlib import Path
-
-import pytest
 
 from kbfuse.candidates.check import check_candidate
 
@@ -26,18 +25,45 @@ SETTINGS = {
 }
 
 
-class RecordingLock:
-    """Stands in for gpulock.GpuLock: records each hold and which child logs existed when it
-    began (so the order of the processes is known)."""
+def _candidate_process_states(root: Path) -> list[str]:
+    """The state letter (/proc/PID/stat) of every candidate child process working under
+    `root` (not another test's, running beside this one)."""
+    states = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+            cwd = (proc / "cwd").resolve()
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        child = b"kbfuse.candidates.child" in command and b"candidate" in command
+        if child and cwd.is_relative_to(root):
+            states.append(stat.rsplit(")", 1)[1].split()[0])
+    return states
 
-    def __init__(self, logs: Path):
-        self.logs, self.events = logs, []
+
+class RecordingLock:
+    """Stands in for gpulock.GpuLock: records each hold, when it began and ended, and which
+    child logs existed then; `alone_wait_s` makes asking to be alone take that long (another
+    job timing)."""
+
+    def __init__(self, logs: Path, alone_wait_s: float = 0.0):
+        self.logs, self.alone_wait_s = logs, alone_wait_s
+        self.events: list[tuple[str, str, list[str]]] = []
 
     @contextlib.contextmanager
     def _hold(self, how):
-        seen = sorted(p.name.split(".")[1] for p in self.logs.glob("*.log"))
-        self.events.append((how, seen))
-        yield
+        if how == "alone":
+            self.candidate_states = _candidate_process_states(self.logs.parent)
+            time.sleep(self.alone_wait_s)
+        self.events.append((how, "begin", self._logs()))
+        try:
+            yield
+        finally:
+            self.events.append((how, "end", self._logs()))
+
+    def _logs(self) -> list[str]:
+        return sorted(p.name.split(".")[1] for p in self.logs.glob("*.log"))
 
     def shared(self):
         return self._hold("shared")
@@ -46,51 +72,55 @@ class RecordingLock:
         return self._hold("alone")
 
 
-@pytest.fixture
-def scratch_root(tmp_path, monkeypatch):
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
-
-
-def test_the_build_shares_the_device_and_the_timed_run_has_it_alone(tmp_path, scratch_root):
+def test_the_candidate_shares_the_device_until_its_guards_and_times_it_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the scratch folder here
     logs = tmp_path / "logs"
-    lock = RecordingLock(logs)
+    lock = RecordingLock(logs, alone_wait_s=3.0)
     record = check_candidate(
         FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", SETTINGS, device="cpu",
-        keep_scratch=True, log_dir=logs, lock=lock,
+        log_dir=logs, lock=lock,
     )  # fmt: skip
-    assert lock.events == [
-        ("shared", []),  # the reference
-        ("shared", ["reference"]),  # the candidate's build
-        ("alone", ["build", "reference"]),  # the candidate's full run
+    assert [(how, when) for how, when, _ in lock.events] == [
+        ("shared", "begin"),  # the reference
+        ("shared", "end"),
+        ("shared", "begin"),  # the candidate: build and cases
+        ("shared", "end"),
+        ("alone", "begin"),  # the candidate: guards and timing
+        ("alone", "end"),
     ]
+    assert lock.events[2][2] == ["reference"]  # the candidate's process had not started
+    assert lock.candidate_states == ["T"]  # stopped while the parent waits for the lock
     assert record["verdict"] == "pass" and record["failed_checks"] == []
-    build, full = record["processes"]["build"], record["processes"]["candidate"]
-    assert build["status"] == full["status"] == "exited"
-    assert build["returncode"] == full["returncode"] == 0
-    assert "kbfuse check: stage build" in build["log_tail"]
-    assert "stage correctness" not in build["log_tail"]
-    assert "kbfuse check: stage timing" in full["log_tail"]
-    (scratch,) = scratch_root.glob("kbfuse-check-*")
-    ran = {
-        out: json.loads((scratch / "candidate" / out / "runner.json").read_text())["stages_done"]
-        for out in ("build", "out")
-    }
-    assert ran == {"build": ["build"], "out": ["build", "correctness", "guards", "timing"]}
+    candidate = record["processes"]["candidate"]
+    log = candidate["log_tail"]
+    order = [log.index(f"kbfuse check: {line}") for line in
+             ("stage correctness", "stage guards", "the GPU alone", "stage timing")]  # fmt: skip
+    assert order == sorted(order)
+    # the three seconds the parent waited for the lock are not the candidate's time
+    assert 3.0 <= candidate["lock_wait_s"] < 6.0
+    assert candidate["wall_s"] > 0
 
 
-def test_a_candidate_that_does_not_build_is_judged_on_its_build_run(tmp_path, scratch_root):
+def test_a_candidate_that_does_not_build_never_asks_for_the_device_alone(tmp_path):
     logs = tmp_path / "logs"
     lock = RecordingLock(logs)
     record = check_candidate(
         FIXTURE / "probe.py", 2, 53, TASK53, tmp_path / "probe.json", SETTINGS, device="cpu",
         log_dir=logs, lock=lock,
     )  # fmt: skip
-    assert [how for how, _ in lock.events] == ["shared", "shared"]  # never alone
+    assert [how for how, when, _ in lock.events if when == "begin"] == ["shared", "shared"]
     assert record["failed_checks"] == ["build"]
-    assert record["failure"]["stage"] == "build"
-    assert record["processes"]["build"] is None
-    assert record["processes"]["candidate"]["status"] == "exited"
-    assert sorted(p.name for p in logs.glob("*.log")) == ["probe.build.log", "probe.reference.log"]
+    assert record["processes"]["candidate"]["lock_wait_s"] == 0.0
+
+
+def test_the_wait_for_the_lock_does_not_count_against_the_time_limit(tmp_path):
+    # the candidate's own run takes a few seconds; with the lock's 12 s it would pass 10 s
+    settings = {**SETTINGS, "time_limit_s": 10}
+    lock = RecordingLock(tmp_path / "logs", alone_wait_s=12.0)
+    record = check_candidate(
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "g.json", settings, device="cpu",
+        log_dir=tmp_path / "logs", lock=lock,
+    )  # fmt: skip
+    candidate = record["processes"]["candidate"]
+    assert candidate["status"] == "exited" and record["verdict"] == "pass"
+    assert candidate["lock_wait_s"] >= 12.0 and candidate["wall_s"] < 10

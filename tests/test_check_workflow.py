@@ -54,6 +54,8 @@ def test_one_verdict_per_candidate_with_the_task_of_its_line(check_run, kb_repo)
     assert good["task"]["task"] == 53 and good["task"]["file"].startswith("53_")
     assert good["task"]["commit"] == kb_repo[1]  # the pinned commit, read from the checkout
     assert good["settings"]["official_trials"] == 2
+    # the job's GPU lock, held for the candidate, was handed to it alone before its guards
+    assert "kbfuse check: the GPU alone" in good["processes"]["candidate"]["log_tail"]
     assert (workdir / "results/logs/check/good.candidate.log").is_file()
     assert (workdir / "results/logs/check/good.reference.log").is_file()
 

@@ -4,17 +4,15 @@ The parent (this process) never imports the candidate. It
   1. checks its arguments and settings (spec.check_settings) and reads the task file;
   2. runs the `reference` child (the task's Model on every case) in scratch/reference;
   3. runs the `candidate` child (kbfuse.candidates.runner) in scratch/candidate, with the
-     inputs the reference wrote, under the wall-time and memory limits (sandbox): first its
-     build stage alone when a GPU lock is given (`build` process: nvcc and ninja, which take
-     most of a check), then every stage in a fresh process on the same extensions folder,
-     where the build is found already made;
+     inputs the reference wrote, under the wall-time and memory limits (sandbox);
   4. on a GPU, runs the `witness` child on the flags the candidate built with;
   5. reads every tensor back with `weights_only=True`, compares (compare), decides (verdict),
      validates the record against its schema and writes it (atomically), with the three
      children's logs beside it.
-With a GPU lock (kbfuse.workflow.gpulock), the reference, the build and the witness share the
-device with other jobs; the candidate's full run, which times, has it alone, and waits for it
-before its process starts, so waiting never counts against the candidate's time limit.
+With a GPU lock (kbfuse.workflow.gpulock), the reference and the witness share the device with
+other jobs, and so does the candidate while it builds and runs its cases; for its guards and
+timing it has the device alone (sandbox.Handoff: the wait is not counted against its time
+limit, and its processes are stopped while the parent waits).
 The scratch folder is deleted afterwards unless `keep_scratch`. A problem of the harness (a
 missing task file, a reference that fails) raises KbfuseError and writes nothing; anything
 the candidate does ends in a verdict.
@@ -33,13 +31,13 @@ from typing import Any
 
 from kbfuse.candidates import compare, flags, verdict
 from kbfuse.candidates.child import load_tensors
-from kbfuse.candidates.sandbox import Limits, Outcome, run_child
+from kbfuse.candidates.sandbox import Handoff, Limits, Outcome, run_child
 from kbfuse.candidates.spec import check_settings
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file, write_json
 
 OFFICIAL_ATOL = OFFICIAL_RTOL = 1e-2  # KernelBench at the pin, float32
-ROLES = ("reference", "build", "candidate", "witness")
+ROLES = ("reference", "candidate", "witness")
 
 
 def find_task_file(checkout: str | Path, level: int, task: int) -> Path:
@@ -79,10 +77,10 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _child(role: str, request: dict, folder: Path, limits: Limits, log: Path, env=None, out="out"):
-    request_path = folder.parent / f"{role}-{out}-request.json"
-    request_path.write_text(json.dumps({**request, "out": str(folder / out)}))
-    return run_child(role, request_path, folder, limits, log, env)
+def _child(role, request: dict, folder: Path, limits: Limits, log: Path, env=None, handoff=None):
+    request_path = folder.parent / f"{role}-request.json"
+    request_path.write_text(json.dumps({**request, "out": str(folder / "out")}))
+    return run_child(role, request_path, folder, limits, log, env, handoff)
 
 
 def _holding(lock, how: str):
@@ -127,23 +125,15 @@ def run_reference(task_file: Path, settings: dict, device: str, scratch: Path, l
     return cases, info, out
 
 
-def _built(outcome: Outcome, out: Path) -> bool:
-    runner = _read_json(out / "runner.json") or {}
-    return outcome.status == "exited" and "build" in (runner.get("stages_done") or [])
-
-
 def run_candidate(
-    candidate, task_file, settings, device, cases, ref_out, scratch, limits, logs, lock=None
+    candidate, task_file, settings, device, cases, ref_out, scratch, limits, log, lock=None
 ):
-    """With a GPU lock, the candidate's build-only run (device shared), then its full run
-    (device alone); a candidate that does not build is judged on the build run (the full run
-    would only repeat the failure). Without a lock, the full run only. Returns both outcomes
-    (the build run's None when it did not run or is the one judged) and the folder of the run
-    judged."""
+    """The candidate's run; with a GPU lock, held shared for it until it asks to be alone."""
     folder = scratch / "candidate"
     folder.mkdir()
     shutil.copyfile(candidate, folder / "candidate.py")
     shutil.copyfile(task_file, folder / "task.py")
+    handoff = None if lock is None else Handoff(lock, folder)
     request = {
         "candidate": str(folder / "candidate.py"),
         "task_file": str(folder / "task.py"),
@@ -154,23 +144,10 @@ def run_candidate(
         "gpu_memory_fraction": settings["gpu_memory_fraction"],
         "baselines": settings["baselines"],
         "timing": settings["timing"],
+        "handoff": None if handoff is None else handoff.paths(),
     }
-    if lock is None:
-        return None, _child("candidate", request, folder, limits, logs["candidate"]), folder / "out"
-    with lock.shared():
-        build = _child(
-            "candidate",
-            {**request, "stages": ["build"]},
-            folder,
-            limits,
-            logs["build"],
-            out="build",
-        )
-    if not _built(build, folder / "build"):
-        return None, build, folder / "build"
-    with lock.alone():
-        outcome = _child("candidate", request, folder, limits, logs["candidate"])
-    return build, outcome, folder / "out"
+    outcome = _child("candidate", request, folder, limits, log, handoff=handoff)
+    return outcome, folder / "out"
 
 
 def witness_builds(runner: dict) -> list[dict]:
@@ -251,8 +228,7 @@ class Evidence:
 
     info: dict  # reference.json: output shape, trivial-candidate status
     cases: list[dict]  # the case list both sides followed
-    outcome: Outcome  # the candidate process judged (the build run when it did not build)
-    build_outcome: Outcome | None  # the build-only run, when the full run followed it
+    outcome: Outcome  # the candidate process
     runner: dict  # runner.json ({} when the process died before writing it)
     witness: list[dict] | None
     witness_outcome: Outcome | None
@@ -268,8 +244,17 @@ def gather(
         cases, info, ref_out = run_reference(
             task_file, settings, device, scratch, limits, logs["reference"]
         )
-    build, outcome, cand_out = run_candidate(
-        candidate, task_file, settings, device, cases, ref_out, scratch, limits, logs, lock
+    outcome, cand_out = run_candidate(
+        candidate,
+        task_file,
+        settings,
+        device,
+        cases,
+        ref_out,
+        scratch,
+        limits,
+        logs["candidate"],
+        lock,
     )
     runner = _read_json(cand_out / "runner.json") or {}
     witness, witness_outcome = None, None
@@ -285,7 +270,7 @@ def gather(
         witness = _read_json(folder / "out" / "witness.json")
     correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []))
     correctness["skipped_cases"] = runner.get("skipped_cases", {})
-    return Evidence(info, cases, outcome, build, runner, witness, witness_outcome, correctness)
+    return Evidence(info, cases, outcome, runner, witness, witness_outcome, correctness)
 
 
 def check_candidate(
@@ -378,7 +363,6 @@ def assemble(
         "settings": settings,
         "checks": checks,
         "processes": {
-            "build": evidence.build_outcome.as_dict() if evidence.build_outcome else None,
             "candidate": outcome.as_dict(),
             "witness": evidence.witness_outcome.as_dict() if evidence.witness_outcome else None,
         },

@@ -9,8 +9,9 @@ with its stage name and the run stopped there:
   correctness  every case of cases.json in order, one instance per case instance; outputs
                written to outputs/{case}.pt as plain CPU tensors; the `weights` case changes
                the candidate's parameters in place as the reference did (same names needed);
-  guards       the task's Model and a fresh ModelNew profiled on official_0's inputs
-               (side streams), the caller-stream race check;
+  guards       with a GPU lock, first the GPU alone (ask_alone); then the task's Model and
+               a fresh ModelNew profiled on official_0's inputs (side streams), the
+               caller-stream race check;
   timing       candidate, eager, TorchScript and Inductor interleaved (candidates.timing);
                the candidate's output after the timed region written to
                outputs/after_timing.pt.
@@ -143,6 +144,22 @@ class Runner:
         plain = output.detach().as_subclass(torch.Tensor).clone().cpu()
         save_tensors(self.out / "outputs" / f"{name}.pt", plain)
 
+    def ask_alone(self) -> None:
+        """Have the GPU alone from here on (the guards' race check and the timing): ask the
+        parent (sandbox.Handoff) and wait until it has the GPU lock alone for this process."""
+        handoff = self.request.get("handoff")
+        if not handoff:
+            return
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()  # nothing of this process still running meanwhile
+        Path(handoff["request"]).touch()
+        granted = Path(handoff["granted"])
+        while not granted.exists():
+            time.sleep(0.01)
+        self.log("kbfuse check: the GPU alone")
+
     def timing_setup(self) -> None:
         inputs_dir = Path(self.request["inputs_dir"])
         self.x = self.settled(to_device(load_tensors(inputs_dir / "official_0.pt"), self.device))
@@ -219,12 +236,9 @@ class Runner:
         stages = [
             ("build", self.build),
             ("correctness", self.correctness),
-            ("guards", lambda: (self.timing_setup(), self.guard_checks())),
+            ("guards", lambda: (self.ask_alone(), self.timing_setup(), self.guard_checks())),
             ("timing", self.timing),
         ]
-        wanted = self.request.get("stages")
-        if wanted is not None:  # the parent's build-only run (check.run_candidate)
-            stages = [(stage, step) for stage, step in stages if stage in wanted]
         self.record["stages_done"] = []
         for stage, step in stages:
             self.log(f"kbfuse check: stage {stage}")

@@ -15,6 +15,15 @@ REQUEST` in `scratch` as the leader of a new session and process group, and watc
 - core dumps are off (RLIMIT_CORE 0);
 - when the leader exits, whatever is left of its group is killed too.
 
+A `Handoff` lets the child ask, once, to have the GPU alone (kbfuse.workflow.gpulock): the
+child writes its `request` file and waits for the `granted` file; the parent, which held the
+lock shared for the child until then, stops the child's process group (SIGSTOP), gives the
+shared hold up, waits to be alone, and lets the group go on (SIGCONT), in a thread while its
+loop goes on watching memory. So the child never runs while another job may be timing (work
+it queued on the device before it asked can still run). The time the parent waits for the
+lock is not counted against `time_limit_s` (`lock_wait_s` in the outcome); a child that asks
+early only waits longer.
+
 The outcome says which limit ended the process, if any, with the peak RSS seen.
 """
 
@@ -26,6 +35,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,9 +60,57 @@ class Outcome:
     wall_s: float
     peak_rss_mb: float
     log_tail: str
+    lock_wait_s: float = 0.0  # waiting for the GPU alone (Handoff), not in wall_s
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+class Handoff:
+    """The parent's side of the child's one request to have the GPU alone. `lock` is a
+    gpulock.GpuLock (or anything with `shared()` and `alone()` context managers); the child
+    holds it shared from `start()` until it asks, then alone until `close()`."""
+
+    def __init__(self, lock, folder: Path):
+        self.lock = lock
+        self.request, self.granted = folder / "alone.request", folder / "alone.granted"
+        self._stack = contextlib.ExitStack()
+        self._thread: threading.Thread | None = None
+
+    def paths(self) -> dict[str, str]:
+        return {"request": str(self.request), "granted": str(self.granted)}
+
+    def start(self) -> None:
+        for path in (self.request, self.granted):
+            path.unlink(missing_ok=True)
+        self._stack.enter_context(self.lock.shared())
+
+    def attach(self, pgid: int) -> None:
+        self.pgid = pgid
+
+    def waiting(self) -> bool:
+        """Is the parent waiting for the lock on the child's behalf? (starts the wait when the
+        child has just asked)"""
+        if self._thread is None and self.request.exists():
+            self._thread = threading.Thread(target=self._switch, daemon=True)
+            self._thread.start()
+        return self._thread is not None and self._thread.is_alive()
+
+    def _switch(self) -> None:
+        # Between giving up the shared hold and being alone, another job may be timing: the
+        # child's whole group is stopped meanwhile, so it launches nothing on the device.
+        _signal_group(self.pgid, signal.SIGSTOP)
+        try:
+            self._stack.close()
+            self._stack.enter_context(self.lock.alone())
+            self.granted.touch()
+        finally:
+            _signal_group(self.pgid, signal.SIGCONT)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self._stack.close()
 
 
 def group_rss_bytes(pgid: int) -> int:
@@ -94,9 +152,13 @@ def _no_core_dumps() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _kill_group(pgid: int) -> None:
+def _signal_group(pgid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, signum)
+
+
+def _kill_group(pgid: int) -> None:
+    _signal_group(pgid, signal.SIGKILL)
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
@@ -114,15 +176,19 @@ def run_child(
     limits: Limits,
     log: Path,
     env: dict[str, str] | None = None,
+    handoff: Handoff | None = None,
 ) -> Outcome:
     """Run one child role on `request` under `limits`; never raises for what the child does.
-    `env` overrides the child's environment (the witness's shared extensions cache)."""
+    `env` overrides the child's environment (the witness's shared extensions cache);
+    `handoff` holds the GPU lock for the child (shared, then alone when it asks)."""
     scratch.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "kbfuse.candidates.child", role, str(request)]
     limit_bytes = limits.memory_limit_mb * 1024 * 1024
     start = time.monotonic()
-    status, peak = "exited", 0
+    status, peak, waited, wait_since = "exited", 0, 0.0, None
+    if handoff is not None:
+        handoff.start()
     with open(log, "ab") as sink:
         proc = subprocess.Popen(
             command,
@@ -134,12 +200,21 @@ def run_child(
             start_new_session=True,
             preexec_fn=_no_core_dumps,
         )
+        if handoff is not None:
+            handoff.attach(proc.pid)
         while proc.poll() is None:
             rss = group_rss_bytes(proc.pid)
             peak = max(peak, rss)
+            now = time.monotonic()
+            if handoff is not None:  # the lock's wait is the parent's, not the child's time
+                if handoff.waiting() and wait_since is None:
+                    wait_since = now
+                elif not handoff.waiting() and wait_since is not None:
+                    waited, wait_since = waited + now - wait_since, None
+            counted = now - start - waited - (now - wait_since if wait_since else 0.0)
             if rss > limit_bytes:
                 status = "memory_limit"
-            elif time.monotonic() - start > limits.time_limit_s:
+            elif counted > limits.time_limit_s:
                 status = "time_limit"
             if status != "exited":
                 _kill_group(proc.pid)
@@ -147,6 +222,10 @@ def run_child(
                 break
             time.sleep(POLL_S)
         _kill_group(proc.pid)
+    if wait_since is not None:
+        waited += time.monotonic() - wait_since
+    if handoff is not None:
+        handoff.close()
     if status != "exited":
         with open(log, "a") as sink:
             sink.write(f"\nkbfuse: {role} process killed: {status}\n")
@@ -154,7 +233,8 @@ def run_child(
         role=role,
         status=status,
         returncode=proc.returncode,
-        wall_s=round(time.monotonic() - start, 3),
+        wall_s=round(time.monotonic() - start - waited, 3),
         peak_rss_mb=round(peak / 2**20, 1),
         log_tail=_tail(log),
+        lock_wait_s=round(waited, 3),
     )

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 
 NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -38,6 +39,17 @@ def as_float(value: Any) -> float:
     if isinstance(value, str):
         return NONFINITE[value]
     return float(value)
+
+
+def number_field(value: Any, where: str) -> float:
+    """`as_float` of a field read from a record, or KbfuseError naming `where` when it is not a
+    number (a boolean is not a number here, though Python's float() takes it)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return as_float(value)
+    except (KeyError, TypeError, ValueError):
+        raise KbfuseError(f"{where} is not a number: {value!r}") from None
 
 
 def _atomic_write(path: str | os.PathLike, data: bytes) -> None:

@@ -23,7 +23,7 @@ from numbers import Real
 import torch
 
 from kbfuse.errors import KbfuseError
-from kbfuse.io import as_float
+from kbfuse.io import number_field
 
 CASE_RECORD_KEYS = (
     "name",
@@ -274,13 +274,7 @@ def _case_bool(case: Mapping, key: str, index: int) -> bool:
 
 
 def _case_float(case: Mapping, key: str, index: int) -> float:
-    value = _case_field(case, key, index)
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return as_float(value)
-    except (KeyError, TypeError, ValueError):
-        raise KbfuseError(f"case {index} key {key!r} is not a number: {value!r}") from None
+    return number_field(_case_field(case, key, index), f"case {index} key {key!r}")
 
 
 def _max_float(values: Iterable[float]) -> float:

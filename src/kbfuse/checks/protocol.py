@@ -23,7 +23,7 @@ import torch
 
 from kbfuse.checks.numerics import check_tolerance, f32_bits, f32_bits_hex, f32_from_bits
 from kbfuse.errors import KbfuseError
-from kbfuse.io import as_float, read_json, write_json
+from kbfuse.io import as_float, number_field, read_json, write_json
 
 # Where the witness search starts, in order: 1.0 is the magnitude of the tails' outputs
 # (tanh/GELU/hardtanh/clamp), 0.0 the regime where atol dominates, then every binade.
@@ -223,13 +223,7 @@ def _ratio_records(node: Any, path: str = "") -> Iterator[tuple[str, Mapping]]:
 
 
 def _ratio(record: Mapping, key: str, file: str, path: str) -> float:
-    value = record[key]
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return as_float(value)
-    except (KeyError, TypeError, ValueError):
-        raise KbfuseError(f"{file}: {path}.{key} is not a number: {value!r}") from None
+    return number_field(record[key], f"{file}: {path}.{key}")
 
 
 def _margin(official: float, historical: float) -> dict | None:

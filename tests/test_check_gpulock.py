@@ -47,8 +47,9 @@ class RecordingLock:
     child logs existed then; `alone_wait_s` makes asking to be alone take that long (another
     job timing)."""
 
-    def __init__(self, logs: Path, alone_wait_s: float = 0.0):
+    def __init__(self, logs: Path, alone_wait_s: float = 0.0, shared_waits_s=()):
         self.logs, self.alone_wait_s = logs, alone_wait_s
+        self.shared_waits_s = list(shared_waits_s)  # one per shared hold, in order
         self.events: list[tuple[str, str, list[str]]] = []
 
     @contextlib.contextmanager
@@ -56,6 +57,8 @@ class RecordingLock:
         if how == "alone":
             self.candidate_states = _candidate_process_states(self.logs.parent)
             time.sleep(self.alone_wait_s)
+        elif self.shared_waits_s:
+            time.sleep(self.shared_waits_s.pop(0))
         self.events.append((how, "begin", self._logs()))
         try:
             yield
@@ -113,14 +116,14 @@ def test_a_candidate_that_does_not_build_never_asks_for_the_device_alone(tmp_pat
     assert record["processes"]["candidate"]["lock_wait_s"] == 0.0
 
 
-def test_the_wait_for_the_lock_does_not_count_against_the_time_limit(tmp_path):
-    # the candidate's own run takes a few seconds; with the lock's 12 s it would pass 10 s
-    settings = {**SETTINGS, "time_limit_s": 10}
-    lock = RecordingLock(tmp_path / "logs", alone_wait_s=12.0)
+def test_the_waits_for_the_lock_do_not_count_against_the_time_limit(tmp_path):
+    # the candidate's own run takes a few seconds; with the lock's 7 + 7 s it would pass 12 s
+    settings = {**SETTINGS, "time_limit_s": 12}
+    lock = RecordingLock(tmp_path / "logs", alone_wait_s=7.0, shared_waits_s=[0.0, 7.0])
     record = check_candidate(
         FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "g.json", settings, device="cpu",
         log_dir=tmp_path / "logs", lock=lock,
     )  # fmt: skip
     candidate = record["processes"]["candidate"]
     assert candidate["status"] == "exited" and record["verdict"] == "pass"
-    assert candidate["lock_wait_s"] >= 12.0 and candidate["wall_s"] < 10
+    assert candidate["lock_wait_s"] >= 14.0 and candidate["wall_s"] < 12

@@ -100,6 +100,7 @@ class Handoff:
         # Between giving up the shared hold and being alone, another job may be timing: the
         # child's whole group is stopped meanwhile, so it launches nothing on the device.
         _signal_group(self.pgid, signal.SIGSTOP)
+        _wait_until_stopped(self.pgid)
         try:
             self._stack.close()
             self._stack.enter_context(self.lock.alone())
@@ -113,9 +114,10 @@ class Handoff:
         self._stack.close()
 
 
-def group_rss_bytes(pgid: int) -> int:
-    """Resident bytes of every process whose process group is `pgid` (from /proc/*/stat)."""
-    total = 0
+def _group_stats(pgid: int) -> list[list[bytes]]:
+    """The /proc/*/stat fields after the command name (state first) of every process whose
+    process group is `pgid`."""
+    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -125,8 +127,23 @@ def group_rss_bytes(pgid: int) -> int:
         except OSError:
             continue
         if int(fields[2]) == pgid:
-            total += int(fields[21]) * PAGE
-    return total
+            found.append(fields)
+    return found
+
+
+def group_rss_bytes(pgid: int) -> int:
+    """Resident bytes of every process whose process group is `pgid` (from /proc/*/stat)."""
+    return sum(int(fields[21]) * PAGE for fields in _group_stats(pgid))
+
+
+def _wait_until_stopped(pgid: int, limit_s: float = 2.0) -> None:
+    """A signal is delivered asynchronously: wait until every process of the group shows the
+    stopped state (or is gone)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if all(fields[0] in (b"T", b"t", b"Z", b"X") for fields in _group_stats(pgid)):
+            return
+        time.sleep(0.001)
 
 
 def child_env(scratch: Path) -> dict[str, str]:
@@ -185,10 +202,13 @@ def run_child(
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "kbfuse.candidates.child", role, str(request)]
     limit_bytes = limits.memory_limit_mb * 1024 * 1024
-    start = time.monotonic()
-    status, peak, waited, wait_since = "exited", 0, 0.0, None
-    if handoff is not None:
+    waited, wait_since = 0.0, None
+    if handoff is not None:  # the shared hold, before the child's clock starts
+        asked = time.monotonic()
         handoff.start()
+        waited = time.monotonic() - asked
+    start = time.monotonic() - waited  # so that wall_s (below) leaves the wait out
+    status, peak = "exited", 0
     with open(log, "ab") as sink:
         proc = subprocess.Popen(
             command,

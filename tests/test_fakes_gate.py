@@ -21,10 +21,12 @@ import pytest
 import torch
 from test_timing_stats import record
 
+from kbfuse import stage
 from kbfuse.checks.cases import assemble, check_case
 from kbfuse.checks.numerics import historical_allclose, official_allclose
 from kbfuse.compilation import launch
 from kbfuse.io import read_json, write_json
+from kbfuse.stage import TimedTask
 from kbfuse.tasks import baselines, kernelbench, tails
 from kbfuse.timing import gate, timing
 
@@ -85,14 +87,14 @@ def timing_fakes(tmp_path, monkeypatch):
         loaded.append(meta["variant"])
         return SimpleNamespace(variant=meta["variant"], artifact=Path(artifact))
 
-    def fake_measure(model, x, tail, baseline_names, modules, protocol, say, labels=()):
-        timed.append([*baseline_names, *modules])
+    def fake_measure(program, protocol, say, labels=()):
+        timed.append([*program.baseline_names, *program.modules])
         return {"measurements": {}, "ratios": {}, "tail_bytes": 0}
 
     spec = SimpleNamespace(pin_commit="c" * 40, sha256="d" * 64, input_shape=lambda: (2, 4))
     linear = torch.nn.Linear(4, 3)
     monkeypatch.setattr(launch.LoadedModule, "load", staticmethod(spy_load))
-    monkeypatch.setattr(timing, "measure_program", fake_measure)
+    monkeypatch.setattr(stage, "measure_program", fake_measure)
     monkeypatch.setattr(timing, "make_input", lambda *a, **k: torch.zeros(2, 4))
     monkeypatch.setattr(kernelbench, "read_pin", lambda path: {"tasks": {"81": {}}})
     monkeypatch.setattr(kernelbench, "load_task", lambda checkout, pin, task: spec)
@@ -145,9 +147,8 @@ def test_timing_loads_only_the_variants_that_passed_the_gate(timing_fakes):
     )
     out = root / "timing.json"
     names = ["eager", "torchscript", "inductor"]
-    result = timing.run_timing(
-        81, variants, correctness, record, root, root / "pin.json", names, PROTOCOL, out
-    )
+    inputs = TimedTask(81, variants, correctness, record, root, root / "pin.json", names)
+    result = timing.run_timing(inputs, PROTOCOL, out)
     assert loaded == ["good", "good-too"]
     assert timed == [["eager", "torchscript", "good", "good-too"]]
     assert result["timed"] == ["eager", "torchscript", "good", "good-too"]
@@ -171,17 +172,8 @@ def test_timing_loads_nothing_when_no_variant_passed(timing_fakes):
     root, loaded, timed = timing_fakes
     variants, correctness = _study(root, {"failed": (False, ["tail/large"], SHA)})
     record = root / "correctness" / "baselines.json"  # never written: eager needs none
-    result = timing.run_timing(
-        81,
-        variants,
-        correctness,
-        record,
-        root,
-        root / "pin.json",
-        ["eager"],
-        PROTOCOL,
-        root / "t.json",
-    )
+    inputs = TimedTask(81, variants, correctness, record, root, root / "pin.json", ["eager"])
+    result = timing.run_timing(inputs, PROTOCOL, root / "t.json")
     assert loaded == [] and timed == [["eager"]]
     assert result["timed"] == ["eager"]
     assert result["skipped"]["failed"]["failing_checks"] == ["tail/large"]

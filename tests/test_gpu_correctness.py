@@ -54,6 +54,7 @@ TOLERANCE = {"atol": 1e-4, "rtol": 1e-4}
 SEEDS = [0, 1]
 DISTRIBUTIONS = ["uniform", "normal", "uniform_x100", "uniform_xneg100"]
 INPUT_SEED = 42
+REQUEST = dict(seeds=SEEDS, distributions=DISTRIBUTIONS, tolerance=TOLERANCE, input_seed=INPUT_SEED)
 BASE_OPTIONS = ["--std=c++11", "--fmad=false"]
 # Tail controls whose eager result has subnormals that --ftz=true flushes: subnormal inputs
 # (task 95's add lifts them to normal values), and exp(-88)-sized sigmoids (+-88, -87.5).
@@ -133,19 +134,19 @@ def test_run_correctness_rejects_bad_input_before_any_work(tmp_path):
         meta_path=meta,
         checkout=tmp_path / "checkout",
         pin_path=tmp_path / "pin.json",
-        tolerance=TOLERANCE,
-        input_seed=INPUT_SEED,
         out=out,
     )
+    request = dict(seeds=[0], distributions=["uniform"], tolerance=TOLERANCE, input_seed=0)
     with pytest.raises(KbfuseError, match="'gaussian'"):
-        run_correctness(variant="v", seeds=[0], distributions=["gaussian"], **common)
+        bad = {**request, "distributions": ["gaussian"]}
+        run_correctness(variant="v", request=bad, **common)
+    with pytest.raises(KbfuseError, match=r"missing \['input_seed'\], unknown \['seed'\]"):
+        bad = {**{k: v for k, v in request.items() if k != "input_seed"}, "seed": 0}
+        run_correctness(variant="v", request=bad, **common)
     with pytest.raises(KbfuseError, match="is for variant 'other-variant', not 'v'"):
-        run_correctness(variant="v", seeds=[0], distributions=["uniform"], **common)
+        run_correctness(variant="v", request=request, **common)
     with pytest.raises(KbfuseError, match="unknown compiled baseline 'eager'"):
-        run_baselines(
-            81, tmp_path, tmp_path / "pin.json", [0], ["uniform"], TOLERANCE, 0, out,
-            implementations=["eager"],
-        )  # fmt: skip
+        run_baselines(81, tmp_path, tmp_path / "pin.json", request, out, implementations=["eager"])
     assert not out.exists()
 
 
@@ -160,10 +161,9 @@ def test_run_correctness_variants_checks_variants_and_outputs_before_any_work(tm
         task=81,
         checkout=tmp_path / "checkout",
         pin_path=tmp_path / "pin.json",
-        seeds=[0],
-        distributions=["uniform"],
-        tolerance=TOLERANCE,
-        input_seed=INPUT_SEED,
+        request=dict(
+            seeds=[0], distributions=["uniform"], tolerance=TOLERANCE, input_seed=INPUT_SEED
+        ),
     )
     with pytest.raises(KbfuseError, match=r"no output path for \['b'\]"):
         run_correctness_variants(variants=variants, outs={"a": outs["a"]}, **common)
@@ -502,10 +502,9 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
     request = dict(
         checkout=checkout,
         pin_path=pin_path,
-        seeds=SEEDS,
-        distributions=DISTRIBUTIONS,
-        tolerance=TOLERANCE,
-        input_seed=INPUT_SEED,
+        request=dict(
+            seeds=SEEDS, distributions=DISTRIBUTIONS, tolerance=TOLERANCE, input_seed=INPUT_SEED
+        ),
     )
     return variants, request, loads, builds
 
@@ -666,10 +665,7 @@ def correctness_record(pinned, artifacts, tmp_path, task, variant):
     checkout, _, pin_path = pinned
     artifact, meta = artifacts[variant]
     out, log = tmp_path / f"{task}-{variant}.json", tmp_path / f"{task}-{variant}.log"
-    record = run_correctness(
-        task, variant, artifact, meta, checkout, pin_path, SEEDS, DISTRIBUTIONS, TOLERANCE,
-        INPUT_SEED, out, log,
-    )  # fmt: skip
+    record = run_correctness(task, variant, artifact, meta, checkout, pin_path, REQUEST, out, log)
     assert read_json(out) == json.loads(json.dumps(jsonable(record)))
     assert "wrote" in log.read_text()
     return record
@@ -738,10 +734,7 @@ def test_one_job_for_every_variant_writes_what_single_variant_jobs_write(
     checkout, _, pin_path = pinned
     outs = {name: tmp_path / "together" / f"{name}.json" for name in artifacts}
     log = tmp_path / "together.log"
-    records = run_correctness_variants(
-        task, artifacts, outs, checkout, pin_path, SEEDS, DISTRIBUTIONS, TOLERANCE, INPUT_SEED,
-        log,
-    )  # fmt: skip
+    records = run_correctness_variants(task, artifacts, outs, checkout, pin_path, REQUEST, log)
     assert list(records) == list(artifacts)
     for name in artifacts:
         single = correctness_record(pinned, artifacts, tmp_path, task, name)
@@ -793,10 +786,8 @@ def test_graph_replay_restores_the_parameters_it_changes(pinned, artifacts):
 def test_run_baselines_checks_torchscript_and_inductor(pinned, tmp_path):
     checkout, pin, pin_path = pinned
     out, log = tmp_path / "baselines.json", tmp_path / "baselines.log"
-    record = run_baselines(
-        95, checkout, pin_path, [0], ["uniform", "uniform_xneg100"], TOLERANCE, INPUT_SEED, out,
-        log,
-    )  # fmt: skip
+    request = {**REQUEST, "seeds": [0], "distributions": ["uniform", "uniform_xneg100"]}
+    record = run_baselines(95, checkout, pin_path, request, out, log)
     assert read_json(out) == json.loads(json.dumps(jsonable(record)))
     assert record["kind"] == "correctness_baselines" and record["task"] == 95
     assert record["provenance"]["task_sha256"] == pin["tasks"]["95"]["sha256"]

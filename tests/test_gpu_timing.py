@@ -24,6 +24,7 @@ from kbfuse.checks.correctness import run_baselines, run_correctness
 from kbfuse.checks.numerics import CASE_RECORD_KEYS
 from kbfuse.compilation import launch
 from kbfuse.io import jsonable, read_json, write_json
+from kbfuse.stage import TimedTask
 from kbfuse.tasks.kernelbench import pin_kernelbench
 from kbfuse.timing.measure import MEASUREMENT_KEYS
 from kbfuse.timing.timing import run_timing
@@ -81,10 +82,12 @@ def study(tmp_path_factory, kb_repo):
             meta_path=meta,
             checkout=checkout,
             pin_path=pin,
-            seeds=[0],
-            distributions=["uniform", "normal"],
-            tolerance=TOLERANCE,
-            input_seed=PROTOCOL["input_seed"],
+            request=dict(
+                seeds=[0],
+                distributions=["uniform", "normal"],
+                tolerance=TOLERANCE,
+                input_seed=PROTOCOL["input_seed"],
+            ),
             out=correctness[name],
             log=root / "correctness" / f"{name}.log",
         )
@@ -94,10 +97,12 @@ def study(tmp_path_factory, kb_repo):
         task=TASK,
         checkout=checkout,
         pin_path=pin,
-        seeds=[0],
-        distributions=["uniform"],
-        tolerance=TOLERANCE,
-        input_seed=PROTOCOL["input_seed"],
+        request=dict(
+            seeds=[0],
+            distributions=["uniform"],
+            tolerance=TOLERANCE,
+            input_seed=PROTOCOL["input_seed"],
+        ),
         out=baselines_record,
     )
     return {
@@ -109,6 +114,18 @@ def study(tmp_path_factory, kb_repo):
         "correctness": correctness,
         "records": records,
     }
+
+
+def _timed_task(study) -> TimedTask:
+    return TimedTask(
+        task=TASK,
+        variants=study["variants"],
+        correctness=study["correctness"],
+        baselines_record=study["baselines_record"],
+        checkout=study["checkout"],
+        pin_path=study["pin"],
+        baselines=BASELINES,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -131,13 +148,7 @@ def timing_run(study):
         mp.setattr(launch.LoadedModule, "load", classmethod(spy_load))
         mp.setattr(launch.LoadedModule, "launch", spy_launch)
         result = run_timing(
-            task=TASK,
-            variants=study["variants"],
-            correctness=study["correctness"],
-            baselines_record=study["baselines_record"],
-            checkout=study["checkout"],
-            pin_path=study["pin"],
-            baselines=BASELINES,
+            _timed_task(study),
             protocol=PROTOCOL,
             out=out,
             log=study["root"] / "timing" / "timing.log",
@@ -223,13 +234,15 @@ def test_a_failing_baseline_is_not_timed(study, tmp_path):
     failing = tmp_path / "baselines.json"
     write_json(failing, record)
     result = run_timing(
-        task=TASK,
-        variants={"good": study["variants"]["good"]},
-        correctness={"good": study["correctness"]["good"]},
-        baselines_record=failing,
-        checkout=study["checkout"],
-        pin_path=study["pin"],
-        baselines=BASELINES,
+        TimedTask(
+            task=TASK,
+            variants={"good": study["variants"]["good"]},
+            correctness={"good": study["correctness"]["good"]},
+            baselines_record=failing,
+            checkout=study["checkout"],
+            pin_path=study["pin"],
+            baselines=BASELINES,
+        ),
         protocol=PROTOCOL,
         out=tmp_path / "timing.json",
     )
@@ -243,13 +256,7 @@ def test_a_failing_baseline_is_not_timed(study, tmp_path):
 def test_run_controls_writes_the_documented_keys(study):
     out = study["root"] / "controls" / f"{TASK}.json"
     result = run_controls(
-        task=TASK,
-        variants=study["variants"],
-        correctness=study["correctness"],
-        baselines_record=study["baselines_record"],
-        checkout=study["checkout"],
-        pin_path=study["pin"],
-        baselines=BASELINES,
+        _timed_task(study),
         controls_cfg=CONTROLS,
         tolerance=TOLERANCE,
         protocol=PROTOCOL,

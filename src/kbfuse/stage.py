@@ -11,6 +11,10 @@
   (the pinned commit and the task file's sha256);
 - `write_all`: a stage's records written only once every one is computed, and none left
   behind when one write fails;
+- `TimedTask`: what the timed stages (timing, controls) read for one task: the task at the pin
+  and what gates its implementations (kbfuse.timing.gate);
+- `Program`: what a stage runs on one task at one shape: the model and its input, the fused
+  tail, the compiled baselines by name and the loaded variant modules;
 - `measure_program`: every implementation of a program (baselines and loaded kernel modules)
   timed at both scopes (the whole program, the tail alone) with both methods, by the protocol
   of `kbfuse.timing.measure`: the timing stage's main measurement and the controls' small shape.
@@ -25,6 +29,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,15 +144,58 @@ def write_all(records: Mapping[Any, Any]) -> None:
 # --------------------------------------------------------------------------- timed programs
 
 
-def scope_impls(
-    scope: str,
-    model,
-    x,
-    y,
-    tail,
-    baseline_names: Sequence[str],
-    modules: Mapping[str, Any],
-) -> dict[str, Callable[[], Any]]:
+@dataclass(frozen=True)
+class TimedTask:
+    """What a timed stage (timing, controls) reads for one task: the task at the pin (`task`,
+    the KernelBench `checkout`, the pin record at `pin_path`) and what decides which
+    implementations it may time (kbfuse.timing.gate): the compiled `variants` (name ->
+    (artifact, meta path), in config order), their `correctness` records (name -> path), the
+    task's `baselines_record` (results/correctness/{task}/baselines.json) and the configured
+    `baselines`."""
+
+    task: int
+    variants: Mapping[str, tuple]
+    correctness: Mapping[str, str | os.PathLike]
+    baselines_record: str | os.PathLike
+    checkout: str | os.PathLike
+    pin_path: str | os.PathLike
+    baselines: Sequence[str]
+
+    def gate(self, say: Callable[[str], None]) -> dict:
+        """kbfuse.timing.gate.gate_implementations for this task (nothing loaded yet)."""
+        from kbfuse.timing.gate import gate_implementations
+
+        return gate_implementations(
+            self.task, self.variants, self.correctness, self.baselines_record, self.baselines, say
+        )
+
+    def load(self) -> tuple[Any, Any, dict]:
+        """(spec, tail, numerics): the pinned task file loaded, its fused tail, and the
+        numerics settings in force for timing (kbfuse.tasks.baselines.set_numerics)."""
+        from kbfuse.tasks import kernelbench, tails
+
+        spec = kernelbench.load_task(self.checkout, kernelbench.read_pin(self.pin_path), self.task)
+        return spec, tails.tail_for(self.task), baseline_builders.set_numerics()
+
+
+@dataclass(frozen=True)
+class Program:
+    """The implementations a stage runs on one task at one shape: the task's `model` and its
+    input `x`, the task's fused `tail` (kbfuse.tasks.tails), the compiled baselines by name
+    (`baseline_names`, eager included) and the loaded variant `modules` (name -> module)."""
+
+    model: Any
+    x: Any
+    tail: Any
+    baseline_names: Sequence[str]
+    modules: Mapping[str, Any]
+
+    def only(self, baseline_names: Sequence[str], modules: Mapping[str, Any]) -> Program:
+        """The same program with only these baselines and modules."""
+        return replace(self, baseline_names=list(baseline_names), modules=dict(modules))
+
+
+def scope_impls(scope: str, program: Program, y) -> dict[str, Callable[[], Any]]:
     """Zero-argument callables for one scope, baselines first, then variants.
 
     full: x -> the whole model (baselines) or FusedProgram (the model's linear, then the
@@ -156,6 +204,7 @@ def scope_impls(
     """
     import torch
 
+    model, x, tail = program.model, program.x, program.tail
     if scope == "full":
         target, example = model, x
     elif scope == "tail":
@@ -163,9 +212,9 @@ def scope_impls(
     else:
         raise KbfuseError(f"timing scope {scope!r} is unknown; known: {list(SCOPES)}")
     impls: dict[str, Callable[[], Any]] = {}
-    for name in baseline_names:
+    for name in program.baseline_names:
         impls[name] = functools.partial(baseline_builders.build(name, target, example), example)
-    for variant, module in modules.items():
+    for variant, module in program.modules.items():
         if scope == "full":
             impls[variant] = functools.partial(launch.FusedProgram(module, tail, model), x)
         else:
@@ -175,11 +224,7 @@ def scope_impls(
 
 
 def measure_program(
-    model,
-    x,
-    tail,
-    baseline_names: Sequence[str],
-    modules: Mapping[str, Any],
+    program: Program,
     protocol: Mapping[str, int],
     say: Callable[[str], None],
     labels: Sequence[Any] = (),
@@ -191,12 +236,13 @@ def measure_program(
     """
     import torch
 
+    tail = program.tail
     with torch.no_grad():
-        y = tail.linear(model)(x).contiguous()
+        y = tail.linear(program.model)(program.x).contiguous()
         measurements: dict[str, dict] = {}
         ratios: dict[str, dict] = {}
         for scope in SCOPES:
-            impls = scope_impls(scope, model, x, y, tail, baseline_names, modules)
+            impls = scope_impls(scope, program, y)
             for method in METHODS:
                 key = f"{scope}/{method}"
                 say(f"timing {key}: {', '.join(impls)}")
@@ -210,7 +256,7 @@ def measure_program(
                     log=say,
                 )
                 measurements[key], ratios[key] = assemble_scope(
-                    samples, positions, baseline_names, list(modules)
+                    samples, positions, program.baseline_names, list(program.modules)
                 )
                 for name, entry in measurements[key].items():
                     say(f"{key} {name}: median {entry['median_ms']:.6f} ms")

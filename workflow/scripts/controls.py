@@ -2,15 +2,18 @@ from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "controls", gpu=True):
     from kbfuse.checks.controls import run_controls
+    from kbfuse.stage import TimedTask
 
     run_controls(
-        task=int(snakemake.wildcards.task),
-        variants=snakemake.params.artifacts,
-        correctness=snakemake.params.correctness,
-        baselines_record=snakemake.input.baselines,
-        checkout=snakemake.input.checkout,
-        pin_path=snakemake.input.pin,
-        baselines=snakemake.params.baselines,
+        TimedTask(
+            task=int(snakemake.wildcards.task),
+            variants=snakemake.params.artifacts,
+            correctness=snakemake.params.correctness,
+            baselines_record=snakemake.input.baselines,
+            checkout=snakemake.input.checkout,
+            pin_path=snakemake.input.pin,
+            baselines=snakemake.params.baselines,
+        ),
         controls_cfg=snakemake.params.controls,
         tolerance=snakemake.params.tolerance,
         protocol=snakemake.params.protocol,

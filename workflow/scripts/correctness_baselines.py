@@ -7,10 +7,12 @@ with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock="shared")
         task=int(snakemake.wildcards.task),
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,
-        seeds=snakemake.params.seeds,
-        distributions=snakemake.params.distributions,
-        tolerance=snakemake.params.tolerance,
-        input_seed=snakemake.params.input_seed,
+        request=dict(
+            seeds=snakemake.params.seeds,
+            distributions=snakemake.params.distributions,
+            tolerance=snakemake.params.tolerance,
+            input_seed=snakemake.params.input_seed,
+        ),
         out=snakemake.output[0],
         log=None,
     )

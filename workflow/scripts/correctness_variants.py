@@ -9,9 +9,11 @@ with job(snakemake.log[0], "correctness", gpu=True, gpu_lock="shared"):
         outs=snakemake.params.outputs,
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,
-        seeds=snakemake.params.seeds,
-        distributions=snakemake.params.distributions,
-        tolerance=snakemake.params.tolerance,
-        input_seed=snakemake.params.input_seed,
+        request=dict(
+            seeds=snakemake.params.seeds,
+            distributions=snakemake.params.distributions,
+            tolerance=snakemake.params.tolerance,
+            input_seed=snakemake.params.input_seed,
+        ),
         log=None,
     )

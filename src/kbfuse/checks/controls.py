@@ -33,7 +33,9 @@ from kbfuse.compilation import launch
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json
 from kbfuse.stage import (
+    Program,
     Progress,
+    TimedTask,
     load_modules,
     make_record,
     measure_program,
@@ -45,7 +47,6 @@ from kbfuse.tasks import kernelbench, tails
 from kbfuse.tasks.inputs import make_input
 from kbfuse.tasks.registry import WITNESS_INPUTS, WITNESS_TASK
 from kbfuse.tasks.weights import weights_sha256
-from kbfuse.timing.gate import gate_implementations
 from kbfuse.timing.measure import (
     block_seed,
     check_protocol,
@@ -230,13 +231,7 @@ def build_resized_model(spec, seed: int, in_features: int, out_features: int, ta
 
 
 def small_shape_correctness(
-    model,
-    x,
-    tail,
-    baseline_names: Sequence[str],
-    modules: Mapping[str, Any],
-    tolerance: Mapping[str, float],
-    say: Callable[[str], None],
+    program: Program, tolerance: Mapping[str, float], say: Callable[[str], None]
 ) -> dict[str, dict]:
     """Every implementation to be timed at the small shape, checked there first, as the study
     did: the full program on the small input and the tail on its linear output, each against
@@ -247,13 +242,18 @@ def small_shape_correctness(
     from kbfuse.checks.cases import check_case
     from kbfuse.checks.taskchecks import baseline_subject, variant_subject
 
+    model, x, tail = program.model, program.x, program.tail
     with torch.no_grad():
         y = tail.linear(model)(x).contiguous()
         reference = {"full": model(x), "tail": tail.reference(model, y)}
     subjects = [
-        baseline_subject(name, model, tail, x, y) for name in baseline_names if name != "eager"
+        baseline_subject(name, model, tail, x, y)
+        for name in program.baseline_names
+        if name != "eager"
     ]
-    subjects += [variant_subject(name, module, tail, model) for name, module in modules.items()]
+    subjects += [
+        variant_subject(name, module, tail, model) for name, module in program.modules.items()
+    ]
     results: dict[str, dict] = {}
     for subject in subjects:
         cases = [
@@ -289,7 +289,8 @@ def small_shape_control(
     seed = shape["seed"]
     model = build_resized_model(spec, seed, shape["in_features"], shape["out_features"], tail)
     x = make_input("uniform", (shape["batch"], shape["in_features"]), seed, "cuda")
-    checked = small_shape_correctness(model, x, tail, baseline_names, modules, tolerance, say)
+    program = Program(model, x, tail, baseline_names, modules)
+    checked = small_shape_correctness(program, tolerance, say)
     skipped = {
         name: {
             "reason": "failed correctness at the small shape (official predicate)",
@@ -302,7 +303,7 @@ def small_shape_control(
     timed_variants = {name: module for name, module in modules.items() if name not in skipped}
     say(f"small shape {dict(shape)}: timing {timed_baselines + list(timed_variants)}")
     timed = measure_program(
-        model, x, tail, timed_baselines, timed_variants, protocol, say, (spec.task, "small")
+        program.only(timed_baselines, timed_variants), protocol, say, (spec.task, "small")
     )
     result = {
         "shape": dict(shape),
@@ -341,6 +342,8 @@ def tiny_values_control(
     tolerance: Mapping[str, float],
     say: Callable[[str], None],
 ) -> dict:
+    """Every variant module's tail on the tiny-value cases (the tail's own parameters zeroed,
+    so the values reach the kernel's arithmetic as they are) against the reference tail."""
     import torch
 
     zeroed = _zero_tail_parameters(model, tail)
@@ -383,18 +386,18 @@ def _flushes_subnormals(module) -> bool:
 
 
 def ftz_cost_control(
-    model,
-    x,
-    tail,
+    program: Program,
     pairs: Mapping[str, dict],
-    modules: Mapping[str, Any],
     cost: Mapping[str, int],
     protocol: Mapping[str, int],
     say: Callable[[str], None],
     labels: Sequence[Any] = (),
 ) -> dict:
+    """Each route's FTZ-on variant against its FTZ-off twin (`pairs`), tail alone, graph
+    replay, interleaved; with the effective FTZ of each measured on the device."""
     import torch
 
+    model, x, tail, modules = program.model, program.x, program.tail, program.modules
     result: dict[str, dict] = {}
     with torch.no_grad():
         y = tail.linear(model)(x).contiguous()
@@ -436,13 +439,7 @@ def ftz_cost_control(
 
 
 def run_controls(
-    task: int,
-    variants: Mapping[str, tuple],
-    correctness: Mapping[str, str | os.PathLike],
-    baselines_record: str | os.PathLike,
-    checkout: str | os.PathLike,
-    pin_path: str | os.PathLike,
-    baselines: Sequence[str],
+    inputs: TimedTask,
     controls_cfg: Mapping[str, Any],
     tolerance: Mapping[str, float],
     protocol: Mapping[str, Any],
@@ -461,17 +458,15 @@ def run_controls(
     cfg = check_controls_cfg(controls_cfg)
     protocol = check_protocol(protocol)
     tolerance = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
-    gated = gate_implementations(task, variants, correctness, baselines_record, baselines, say)
+    task, variants = inputs.task, inputs.variants
+    gated = inputs.gate(say)
     metas, eligible = gated["metas"], gated["variants"]
     pairs = ftz_pairs({v: metas[v] for v in eligible})
     for route, pair in pairs.items():
         for on, off in pair.pop("others"):
             say(f"ftz cost {route}: pair {on}/{off} not timed, {pair['ftz_on']} is timed instead")
 
-    pin = kernelbench.read_pin(pin_path)
-    spec = kernelbench.load_task(checkout, pin, task)
-    tail = tails.tail_for(task)
-    numerics = baseline_builders.set_numerics()
+    spec, tail, numerics = inputs.load()
     # Every variant is loaded for the (diagnostic) tiny values; only eligible ones are timed.
     modules = load_modules(variants, list(variants), metas)
     eligible_modules = {v: modules[v] for v in eligible}
@@ -490,10 +485,9 @@ def run_controls(
 
     model = kernelbench.build_model(spec, seed=protocol["input_seed"])
     x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
-    ftz_cost = ftz_cost_control(
-        model, x, tail, pairs, modules, cfg["ftz_cost"], protocol, say, (task,)
-    )
-    del x
+    main_shape = Program(model, x, tail, (), modules)
+    ftz_cost = ftz_cost_control(main_shape, pairs, cfg["ftz_cost"], protocol, say, (task,))
+    del main_shape, x
     tiny = tiny_values_control(model, tail, modules, cfg["tiny_values"], tolerance, say)
     every_input = exhaustive_control(model, tail, modules, say)
 

@@ -72,6 +72,23 @@ _logger = logging.getLogger("kbfuse.checks.correctness")
 # --------------------------------------------------------------------------- request checks
 
 
+REQUEST_KEYS = ("seeds", "distributions", "tolerance", "input_seed")
+
+
+def checked_request(request: Any) -> dict:
+    """`check_request` of a mapping with exactly the keys REQUEST_KEYS (how the stage entry
+    points take what to check)."""
+    if not isinstance(request, Mapping):
+        raise KbfuseError(f"a correctness request must be a mapping, got {request!r}")
+    missing = [key for key in REQUEST_KEYS if key not in request]
+    extra = sorted(str(key) for key in request if key not in REQUEST_KEYS)
+    if missing or extra:
+        raise KbfuseError(
+            f"correctness request: missing {missing}, unknown {extra}; keys: {list(REQUEST_KEYS)}"
+        )
+    return check_request(**request)
+
+
 def check_request(seeds: Any, distributions: Any, tolerance: Any, input_seed: Any) -> dict:
     """Validate the study parameters before any work; returns them normalised."""
     if not isinstance(seeds, Sequence) or isinstance(seeds, str) or not seeds:
@@ -194,10 +211,7 @@ def run_correctness_variants(
     outs: Mapping[str, Any],
     checkout,
     pin_path,
-    seeds,
-    distributions,
-    tolerance,
-    input_seed: int,
+    request: Mapping[str, Any],
     log=None,
 ) -> dict[str, dict]:
     """Check every compiled variant on one task in one process; write each variant's
@@ -207,11 +221,12 @@ def run_correctness_variants(
     every module loaded once, and each shared case's input and eager reference computed once
     for all variants (TaskChecks.run_all); every record is what `run_correctness` for that
     variant alone writes. The files are written only after every variant is checked.
+    `request`: seeds, distributions, tolerance and input_seed (`checked_request`).
     """
     from kbfuse.compilation.launch import LoadedModule
 
     progress = Progress(log, _logger)
-    request = check_request(seeds, distributions, tolerance, input_seed)
+    request = checked_request(request)
     names = _check_variant_request(variants, outs)
     metas = {name: read_compile_meta(variants[name][1], name) for name in names}
     checks, numerics = _load(task, checkout, pin_path, request, progress)
@@ -239,10 +254,7 @@ def run_correctness(
     meta_path,
     checkout,
     pin_path,
-    seeds,
-    distributions,
-    tolerance,
-    input_seed: int,
+    request: Mapping[str, Any],
     out,
     log=None,
 ) -> dict:
@@ -251,16 +263,7 @@ def run_correctness(
     `run_correctness_variants` for a single variant.
     """
     return run_correctness_variants(
-        task,
-        {variant: (artifact, meta_path)},
-        {variant: out},
-        checkout,
-        pin_path,
-        seeds,
-        distributions,
-        tolerance,
-        input_seed,
-        log,
+        task, {variant: (artifact, meta_path)}, {variant: out}, checkout, pin_path, request, log
     )[variant]
 
 
@@ -268,17 +271,14 @@ def run_baselines(
     task: int,
     checkout,
     pin_path,
-    seeds,
-    distributions,
-    tolerance,
-    input_seed: int,
+    request: Mapping[str, Any],
     out,
     log=None,
     implementations: Sequence[str] = BASELINE_IMPLEMENTATIONS,
 ) -> dict:
     """Check the compiled baselines like a variant; write correctness/{task}/baselines.json."""
     progress = Progress(log, _logger)
-    request = check_request(seeds, distributions, tolerance, input_seed)
+    request = checked_request(request)
     for name in implementations:
         if name not in BASELINE_IMPLEMENTATIONS:
             raise KbfuseError(

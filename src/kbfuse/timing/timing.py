@@ -17,62 +17,49 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from kbfuse import stage
 from kbfuse.io import write_json
-from kbfuse.stage import Progress, load_modules, make_record, measure_program, task_provenance
-from kbfuse.tasks import baselines as baseline_builders
-from kbfuse.tasks import kernelbench, tails
+from kbfuse.tasks import kernelbench
 from kbfuse.tasks.inputs import make_input
 from kbfuse.tasks.weights import weights_sha256
-from kbfuse.timing.gate import gate_implementations
 from kbfuse.timing.measure import check_protocol
 
 _logger = logging.getLogger("kbfuse.timing.timing")
 
 
 def run_timing(
-    task: int,
-    variants: Mapping[str, tuple],
-    correctness: Mapping[str, str | os.PathLike],
-    baselines_record: str | os.PathLike,
-    checkout: str | os.PathLike,
-    pin_path: str | os.PathLike,
-    baselines: Sequence[str],
+    inputs: stage.TimedTask,
     protocol: Mapping[str, Any],
     out: str | os.PathLike,
     log: str | os.PathLike | None = None,
 ) -> dict:
     """Gate, then time eager and every baseline and variant that passed correctness; write
-    the timing JSON.
-
-    `variants`: name -> (artifact, meta.json) in config order; `correctness`: name ->
-    results/correctness/{task}/{name}.json; `baselines_record`: the task's
-    results/correctness/{task}/baselines.json. Skipped variants are never loaded.
-    """
+    the timing JSON. Skipped variants are never loaded."""
     import torch
 
-    say = Progress(log, _logger)
+    say = stage.Progress(log, _logger)
     protocol = check_protocol(protocol)
-    gated = gate_implementations(task, variants, correctness, baselines_record, baselines, say)
+    task = inputs.task
+    gated = inputs.gate(say)
     metas, eligible, baseline_names = gated["metas"], gated["variants"], gated["baselines"]
 
-    pin = kernelbench.read_pin(pin_path)
-    spec = kernelbench.load_task(checkout, pin, task)
-    tail = tails.tail_for(task)
-    numerics = baseline_builders.set_numerics()
+    spec, tail, numerics = inputs.load()
     model = kernelbench.build_model(spec, seed=protocol["input_seed"])
     x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
-    modules = load_modules(variants, eligible, metas)
+    modules = stage.load_modules(inputs.variants, eligible, metas)
     say(f"task {task}: timing {baseline_names + eligible}, input {tuple(x.shape)}")
 
-    timed = measure_program(model, x, tail, baseline_names, modules, protocol, say, (task,))
+    timed = stage.measure_program(
+        stage.Program(model, x, tail, baseline_names, modules), protocol, say, (task,)
+    )
     batch, in_features = spec.input_shape()
-    result = make_record(
+    result = stage.make_record(
         "timing",
         task=task,
-        provenance=task_provenance(
+        provenance=stage.task_provenance(
             spec,
             weights_sha256=weights_sha256(model),
             artifacts={v: metas[v]["artifact_sha256"] for v in eligible},

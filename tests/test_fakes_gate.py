@@ -26,9 +26,9 @@ from kbfuse.checks.cases import assemble, check_case
 from kbfuse.checks.numerics import historical_allclose, official_allclose
 from kbfuse.compilation import launch
 from kbfuse.io import read_json, write_json
-from kbfuse.stage import TimedTask
 from kbfuse.tasks import baselines, kernelbench, tails
 from kbfuse.timing import gate, timing
+from kbfuse.timing.gate import TimedTask
 
 SHA = "a" * 64
 PROTOCOL = {"warmup": 1, "rounds": 2, "invocations_per_pair": 1, "order_seed": 0, "input_seed": 0}

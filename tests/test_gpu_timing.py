@@ -24,8 +24,8 @@ from kbfuse.checks.correctness import run_baselines, run_correctness
 from kbfuse.checks.numerics import CASE_RECORD_KEYS
 from kbfuse.compilation import launch
 from kbfuse.io import jsonable, read_json, write_json
-from kbfuse.stage import TimedTask
 from kbfuse.tasks.kernelbench import pin_kernelbench
+from kbfuse.timing.gate import TimedTask
 from kbfuse.timing.measure import MEASUREMENT_KEYS
 from kbfuse.timing.timing import run_timing
 

@@ -11,8 +11,6 @@
   (the pinned commit and the task file's sha256);
 - `write_all`: a stage's records written only once every one is computed, and none left
   behind when one write fails;
-- `TimedTask`: what the timed stages (timing, controls) read for one task: the task at the pin
-  and what gates its implementations (kbfuse.timing.gate);
 - `Program`: what a stage runs on one task at one shape: the model and its input, the fused
   tail, the compiled baselines by name and the loaded variant modules;
 - `measure_program`: every implementation of a program (baselines and loaded kernel modules)
@@ -142,40 +140,6 @@ def write_all(records: Mapping[Any, Any]) -> None:
 
 
 # --------------------------------------------------------------------------- timed programs
-
-
-@dataclass(frozen=True)
-class TimedTask:
-    """What a timed stage (timing, controls) reads for one task: the task at the pin (`task`,
-    the KernelBench `checkout`, the pin record at `pin_path`) and what decides which
-    implementations it may time (kbfuse.timing.gate): the compiled `variants` (name ->
-    (artifact, meta path), in config order), their `correctness` records (name -> path), the
-    task's `baselines_record` (results/correctness/{task}/baselines.json) and the configured
-    `baselines`."""
-
-    task: int
-    variants: Mapping[str, tuple]
-    correctness: Mapping[str, str | os.PathLike]
-    baselines_record: str | os.PathLike
-    checkout: str | os.PathLike
-    pin_path: str | os.PathLike
-    baselines: Sequence[str]
-
-    def gate(self, say: Callable[[str], None]) -> dict:
-        """kbfuse.timing.gate.gate_implementations for this task (nothing loaded yet)."""
-        from kbfuse.timing.gate import gate_implementations
-
-        return gate_implementations(
-            self.task, self.variants, self.correctness, self.baselines_record, self.baselines, say
-        )
-
-    def load(self) -> tuple[Any, Any, dict]:
-        """(spec, tail, numerics): the pinned task file loaded, its fused tail, and the
-        numerics settings in force for timing (kbfuse.tasks.baselines.set_numerics)."""
-        from kbfuse.tasks import kernelbench, tails
-
-        spec = kernelbench.load_task(self.checkout, kernelbench.read_pin(self.pin_path), self.task)
-        return spec, tails.tail_for(self.task), baseline_builders.set_numerics()
 
 
 @dataclass(frozen=True)

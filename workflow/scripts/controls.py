@@ -2,7 +2,7 @@ from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "controls", gpu=True):
     from kbfuse.checks.controls import run_controls
-    from kbfuse.stage import TimedTask
+    from kbfuse.timing.gate import TimedTask
 
     run_controls(
         TimedTask(

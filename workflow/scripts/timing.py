@@ -1,7 +1,7 @@
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "timing", gpu=True):
-    from kbfuse.stage import TimedTask
+    from kbfuse.timing.gate import TimedTask
     from kbfuse.timing.timing import run_timing
 
     run_timing(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kbfuse.candidates import compare, flags, verdict
-from kbfuse.candidates.child import load_tensors
+from kbfuse.candidates.childio import load_tensors
 from kbfuse.candidates.sandbox import Handoff, Limits, Outcome, run_child
 from kbfuse.candidates.spec import check_settings
 from kbfuse.errors import KbfuseError

@@ -4,89 +4,17 @@ Roles: `reference` (kbfuse.candidates.reference), `candidate` (kbfuse.candidates
 `witness` (kbfuse.candidates.witness). Each reads its request, writes its JSON and tensor
 files under the request's `out` folder and exits 0; an exception is written to
 `out/error.json` (type, first line) before the exit status 1, so the parent can name the stage
-that failed. Tensors are written with `torch.save` and read back with `weights_only=True`.
-
-Shared helpers for the roles live here too: importing a Python file as a fresh module,
-KernelBench's seeding, moving inputs to the device.
+that failed. What the roles share is in kbfuse.candidates.childio.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
-_counter = itertools.count()
-
-
-def import_file(path: str | Path, prefix: str):
-    """Execute a Python file as a new module (registered in sys.modules, as torch.jit, pickle
-    and Triton look modules up there)."""
-    name = f"{prefix}_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(name, str(path))
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def set_seed(seed: int) -> None:
-    """KernelBench's set_seed: torch.manual_seed, and the CUDA generators when CUDA is up."""
-    import torch
-
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed(seed)
-
-
-def to_device(values: list, device: str) -> list:
-    """Tensors moved to `device` (floating ones as float32), other values as they are."""
-    import torch
-
-    out = []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            value = value.to(device=device)
-            if value.is_floating_point():
-                value = value.to(torch.float32)
-        out.append(value)
-    return out
-
-
-def save_tensors(path: Path, values: Any) -> None:
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(values, path)
-
-
-def load_tensors(path: Path) -> Any:
-    import torch
-
-    return torch.load(path, weights_only=True, map_location="cpu")
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False, default=str))
-    tmp.replace(path)
-
-
-def error_record(exc: BaseException, stage: str) -> dict:
-    message = str(exc).strip().splitlines()
-    return {
-        "stage": stage,
-        "error": type(exc).__name__,
-        "message": (message[0] if message else "")[:500],
-        "traceback": traceback.format_exc()[-3000:],
-    }
+from kbfuse.candidates.childio import error_record, write_json
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbfuse.candidates.child import (
+from kbfuse.candidates.childio import (
     import_file,
     save_tensors,
     set_seed,

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from kbfuse.candidates import capture, guards
-from kbfuse.candidates.child import (
+from kbfuse.candidates.childio import (
     error_record,
     import_file,
     load_tensors,

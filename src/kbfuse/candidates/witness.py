@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kbfuse.candidates.child import write_json
+from kbfuse.candidates.childio import write_json
 
 X, S = 1e-10, 1e-30
 

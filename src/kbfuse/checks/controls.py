@@ -35,7 +35,6 @@ from kbfuse.io import write_json
 from kbfuse.stage import (
     Program,
     Progress,
-    TimedTask,
     load_modules,
     make_record,
     measure_program,
@@ -47,6 +46,7 @@ from kbfuse.tasks import kernelbench, tails
 from kbfuse.tasks.inputs import make_input
 from kbfuse.tasks.registry import WITNESS_INPUTS, WITNESS_TASK
 from kbfuse.tasks.weights import weights_sha256
+from kbfuse.timing.gate import TimedTask
 from kbfuse.timing.measure import (
     block_seed,
     check_protocol,

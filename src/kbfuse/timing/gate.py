@@ -8,12 +8,16 @@ Inductor on the task's baselines.json (`gate_baselines`); eager is the reference
 compares with, so it is always timed. What fails gets a `skipped` entry naming the reason and
 the failing checks, and is never loaded. Records are untrusted: a missing, unreadable or
 malformed one is a reason to skip, never an error.
+
+`TimedTask` is what a timing stage reads for one task: the task at the pin and the gate's
+inputs.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +217,35 @@ def gate_implementations(
         "skipped": skipped,
         "metas": metas,
     }
+
+
+@dataclass(frozen=True)
+class TimedTask:
+    """What a timed stage (timing, controls) reads for one task: the task at the pin (`task`,
+    the KernelBench `checkout`, the pin record at `pin_path`) and what decides which
+    implementations it may time (kbfuse.timing.gate): the compiled `variants` (name ->
+    (artifact, meta path), in config order), their `correctness` records (name -> path), the
+    task's `baselines_record` (results/correctness/{task}/baselines.json) and the configured
+    `baselines`."""
+
+    task: int
+    variants: Mapping[str, tuple]
+    correctness: Mapping[str, str | os.PathLike]
+    baselines_record: str | os.PathLike
+    checkout: str | os.PathLike
+    pin_path: str | os.PathLike
+    baselines: Sequence[str]
+
+    def gate(self, say: Callable[[str], None]) -> dict:
+        """`gate_implementations` for this task (nothing loaded yet)."""
+        return gate_implementations(
+            self.task, self.variants, self.correctness, self.baselines_record, self.baselines, say
+        )
+
+    def load(self) -> tuple[Any, Any, dict]:
+        """(spec, tail, numerics): the pinned task file loaded, its fused tail, and the
+        numerics settings in force for timing (kbfuse.tasks.baselines.set_numerics)."""
+        from kbfuse.tasks import kernelbench, tails
+
+        spec = kernelbench.load_task(self.checkout, kernelbench.read_pin(self.pin_path), self.task)
+        return spec, tails.tail_for(self.task), baseline_builders.set_numerics()

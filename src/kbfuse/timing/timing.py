@@ -25,13 +25,14 @@ from kbfuse.io import write_json
 from kbfuse.tasks import kernelbench
 from kbfuse.tasks.inputs import make_input
 from kbfuse.tasks.weights import weights_sha256
+from kbfuse.timing.gate import TimedTask
 from kbfuse.timing.measure import check_protocol
 
 _logger = logging.getLogger("kbfuse.timing.timing")
 
 
 def run_timing(
-    inputs: stage.TimedTask,
+    inputs: TimedTask,
     protocol: Mapping[str, Any],
     out: str | os.PathLike,
     log: str | os.PathLike | None = None,

@@ -12,8 +12,8 @@
 #   of test_compile.py in a process of their own first.
 # Runs longer than one call (10 minutes) go to the background, where they outlive the call on
 # the warm machine (it keeps processes and files for a short while between calls):
-#   bg-survey, bg-study, bg-check: start `snakemake survey` (and the environment fingerprint),
-#   `all` or `check` (every core) in
+#   bg-survey, bg-study, bg-check, bg-tests: start `snakemake survey` (and the environment
+#   fingerprint), `all` or `check` (every core), or every GPU test, in
 #   the background, with fresh compile caches for the study; wait: wait for every background
 #   run until $WAIT_UNTIL s into the call (default 560). Their logs, start and end times and
 #   exit codes are in /tmp/kbfuse-bg and come back in the archive. A later call skips the
@@ -122,11 +122,21 @@ start_bg() {  # NAME COMMAND...: run COMMAND in its own session, past the end of
     _ "$@" > "$bg/$name.log" 2>&1 < /dev/null &
 }
 snake() { python3 -m snakemake --cores "$(nproc)" --keep-going "$@" --config "$kb"; }
+# every GPU test in one background run: test_compile's first, in a process where CUDA has not
+# started, then the rest (pytest's own summary lines say what passed, failed or was skipped)
+gpu_tests() {
+  python3 -m pytest -m gpu -p no:cacheprovider -rA --durations=20 tests/test_compile.py
+  local first=$?
+  python3 -m pytest -m gpu -p no:cacheprovider -rA --durations=20 --ignore=tests/test_compile.py tests
+  local rest=$?
+  return $(( first || rest ))
+}
 export kb
-export -f snake
+export -f snake gpu_tests
 # the survey reference (tools/survey_reference.py) needs the machine's fingerprint too
 if has bg-survey; then start_bg survey snake survey results/env/fingerprint.json; fi
 if has bg-check; then start_bg check snake check; fi
+if has bg-tests; then start_bg tests gpu_tests; fi
 if has bg-study; then
   mkdir -p /tmp/study-caches
   start_bg study env TORCHINDUCTOR_CACHE_DIR=/tmp/study-caches/inductor \

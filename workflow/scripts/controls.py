@@ -5,15 +5,7 @@ with job(snakemake.log[0], "controls", gpu=True):
     from kbfuse.timing.gate import TimedTask
 
     run_controls(
-        TimedTask(
-            task=int(snakemake.wildcards.task),
-            variants=snakemake.params.artifacts,
-            correctness=snakemake.params.correctness,
-            baselines_record=snakemake.input.baselines,
-            checkout=snakemake.input.checkout,
-            pin_path=snakemake.input.pin,
-            baselines=snakemake.params.baselines,
-        ),
+        TimedTask.of_job(snakemake),
         controls_cfg=snakemake.params.controls,
         tolerance=snakemake.params.tolerance,
         protocol=snakemake.params.protocol,

@@ -236,6 +236,21 @@ class TimedTask:
     pin_path: str | os.PathLike
     baselines: Sequence[str]
 
+    @classmethod
+    def of_job(cls, job: Any) -> TimedTask:
+        """The TimedTask of a `timing` or `controls` Snakemake job (the `snakemake` object of
+        its script), whose rules share these params and inputs (workflow/rules/timing.smk,
+        controls.smk)."""
+        return cls(
+            task=int(job.wildcards.task),
+            variants=job.params.artifacts,
+            correctness=job.params.correctness,
+            baselines_record=job.input.baselines,
+            checkout=job.input.checkout,
+            pin_path=job.input.pin,
+            baselines=job.params.baselines,
+        )
+
     def gate(self, say: Callable[[str], None]) -> dict:
         """`gate_implementations` for this task (nothing loaded yet)."""
         return gate_implementations(

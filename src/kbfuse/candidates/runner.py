@@ -9,7 +9,8 @@ with its stage name and the run stopped there:
   correctness  every case of cases.json in order, one instance per case instance; outputs
                written to outputs/{case}.pt as plain CPU tensors; the `weights` case changes
                the candidate's parameters in place as the reference did (same names needed);
-  guards       with a GPU lock, first the GPU alone (ask_alone); then the task's Model and
+  guards       the timing's instances made and its baselines built (Inductor compiles
+               here); with a GPU lock, then the GPU alone (ask_alone); the task's Model and
                a fresh ModelNew profiled on official_0's inputs (side streams), the
                caller-stream race check;
   timing       candidate, eager, TorchScript and Inductor interleaved (candidates.timing);
@@ -166,6 +167,14 @@ class Runner:
         self.model = build_instance(self.task, self.task.Model, self.request["seed"], self.device)
         self.candidate = self.make(self.request["seed"])
 
+    def guard_stage(self) -> None:
+        """Set up the timing's instances, build the baselines, then, with the GPU alone, the
+        guards' profiles and race check."""
+        self.timing_setup()
+        self.prepare_baselines()
+        self.ask_alone()
+        self.guard_checks()
+
     def guard_checks(self) -> None:
         if self.device != "cuda":
             self.record["side_stream"] = None
@@ -218,16 +227,20 @@ class Runner:
         compiled = torch.compile(model, dynamic=False)
         return lambda: self.call(compiled, self.x)
 
+    def prepare_baselines(self) -> None:
+        """The baselines built (TorchScript traced and frozen, Inductor compiled) while the
+        device is still shared: compiling needs no GPU to itself."""
+        self.note_patches("after_calls")
+        self.impls = self.baselines()
+        # Building the baselines (torch.jit, torch.compile) runs only kbfuse's code: the
+        # snapshot is renewed, so the checks after it see what the candidate's calls did.
+        self.before = guards.snapshot()
+
     def timing(self) -> None:
         from kbfuse.candidates.timing import time_all
 
-        self.note_patches("after_calls")
-        impls = self.baselines()
-        # Building the baselines (torch.jit, torch.compile) runs only kbfuse's code: the
-        # snapshot is renewed, so the checks after timing see what the candidate's calls did.
-        self.before = guards.snapshot()
         self.record["timing"] = time_all(
-            impls, self.request["timing"], self.clock, self.device, self.log
+            self.impls, self.request["timing"], self.clock, self.device, self.log
         )
         self.note_patches("after_calls")
         self.keep_output("after_timing", self.call(self.candidate, self.x))
@@ -236,7 +249,7 @@ class Runner:
         stages = [
             ("build", self.build),
             ("correctness", self.correctness),
-            ("guards", lambda: (self.ask_alone(), self.timing_setup(), self.guard_checks())),
+            ("guards", self.guard_stage),
             ("timing", self.timing),
         ]
         self.record["stages_done"] = []

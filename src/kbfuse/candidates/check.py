@@ -11,8 +11,8 @@ The parent (this process) never imports the candidate. It
      children's logs beside it.
 With a GPU lock (kbfuse.workflow.gpulock), the reference and the witness share the device with
 other jobs, and so does the candidate while it builds, runs its cases and builds its
-baselines; for its guards and timing it has the device alone (sandbox.Handoff: the wait is not counted against its time
-limit, and its processes are stopped while the parent waits).
+baselines; for its guards and timing it has the device alone (sandbox.Handoff: the wait is
+not counted against its time limit, and its processes are stopped while the parent waits).
 The scratch folder is deleted afterwards unless `keep_scratch`. A problem of the harness (a
 missing task file, a reference that fails) raises KbfuseError and writes nothing; anything
 the candidate does ends in a verdict.

@@ -1,0 +1,146 @@
+"""A Snakemake run forked from the tests' Snakemake server (tests/snakefork.py) is what a fresh
+`python -m snakemake` is: the same working directory, environment, module search path and
+arguments, the kbfuse its own PYTHONPATH names, the same return code for an exit, a failure or
+a signal, the same timeout; runs the server cannot stand for are plain subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import snakefork
+
+# Runs at the Snakefile's parse, in the Snakemake process itself.
+PROBE = """
+import json, os, sys
+import kbfuse
+print("PROBE " + json.dumps({
+    "cwd": os.getcwd(), "path": sys.path, "argv": sys.argv, "name": __name__,
+    "variable": os.environ.get("KBFUSE_PROBE"), "ppid": os.getppid(), "kbfuse": kbfuse.__file__,
+    "stdin": os.path.realpath(f"/proc/self/fd/0"),
+}))
+{extra}
+
+rule all:
+    shell: "true"
+"""
+
+
+def _workflow(tmp_path, extra=""):
+    """A Snakefile that prints what its process is, and a fake kbfuse in ./lib."""
+    (tmp_path / "lib/kbfuse").mkdir(parents=True)
+    (tmp_path / "lib/kbfuse/__init__.py").write_text("")
+    (tmp_path / "Snakefile").write_text(PROBE.replace("{extra}", extra))
+    env = dict(os.environ, KBFUSE_PROBE="seen", PYTHONPATH=os.pathsep.join(["lib", "", "/x/../y"]))
+    return tmp_path, env
+
+
+def _probe(proc: subprocess.CompletedProcess) -> dict:
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("PROBE "))
+    return json.loads(line.removeprefix("PROBE "))
+
+
+def _plain(argv, cwd, env, timeout=120):
+    return subprocess.run([sys.executable, "-m", "snakemake", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+ARGS = ["--cores", "1", "--dry-run", "--quiet", "all"]
+
+
+def test_a_forked_run_is_what_a_fresh_snakemake_process_is(tmp_path):
+    workdir, env = _workflow(tmp_path)
+    forked = snakefork.run(ARGS, cwd=workdir, env=env, timeout=120)
+    plain = _plain(ARGS, workdir, env)
+    assert (forked.returncode, plain.returncode) == (0, 0)
+    assert forked.args == plain.args
+    assert _without_probe(forked) == _without_probe(plain)
+    seen, expected = _probe(forked), _probe(plain)
+    assert seen.pop("ppid") != os.getpid() and expected.pop("ppid") == os.getpid()
+    # the fork's stdin is /dev/null, the plain run's this process's (under xdist, its pipe)
+    assert seen.pop("stdin") == os.devnull
+    expected.pop("stdin")
+    assert seen == expected
+    assert seen["path"][:4] == [str(workdir), str(workdir / "lib"), str(workdir), "/y"]
+    assert seen["kbfuse"] == str(workdir / "lib/kbfuse/__init__.py")
+    assert seen["variable"] == "seen"
+    assert seen["argv"][0].endswith("snakemake/__main__.py") and seen["argv"][1:] == ARGS
+
+
+def test_the_server_imports_no_kbfuse_before_it_forks():
+    server = snakefork._get_server()
+    assert server.proc.poll() is None
+    probe = [sys.executable, "-c", "import sys; print(open(f'/proc/{sys.argv[1]}/cmdline').read())",
+             str(server.proc.pid)]  # fmt: skip
+    assert "snakefork.py" in subprocess.run(probe, capture_output=True, text=True).stdout
+    # (the server asserts it after its imports, and would not have answered otherwise)
+    assert "kbfuse" not in " ".join(snakefork.WARM_IMPORTS)
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "message"),
+    [
+        ("sys.exit('a message of its own')", 1, "a message of its own"),
+        ("raise ValueError('broken Snakefile')", 1, "broken Snakefile"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL, ""),
+    ],
+    ids=["exit", "exception", "signal"],
+)
+def test_an_ending_run_gives_the_return_code_and_output_of_a_fresh_one(
+    tmp_path, extra, code, message
+):
+    workdir, env = _workflow(tmp_path, "import signal\n" + extra)
+    forked = snakefork.run(ARGS, cwd=workdir, env=env, timeout=120)
+    plain = _plain(ARGS, workdir, env)
+    assert forked.returncode == plain.returncode == code
+    assert message in forked.stdout + forked.stderr
+    assert _without_probe(forked) == _without_probe(plain)
+
+
+def _without_probe(proc: subprocess.CompletedProcess) -> tuple[str, str]:
+    lines = [line for line in proc.stdout.splitlines(True) if not line.startswith("PROBE ")]
+    return "".join(lines), proc.stderr
+
+
+def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path):
+    pid_file = tmp_path / "pid"
+    sleeper, env = _workflow(tmp_path / "sleeper", f"open({str(pid_file)!r}, 'w').write("
+                             "str(os.getpid()))\nimport time; time.sleep(60)")  # fmt: skip
+    with pytest.raises(subprocess.TimeoutExpired, match=r"timed out after 3 seconds"):
+        snakefork.run(ARGS, cwd=sleeper, env=env, timeout=3)
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(int(pid_file.read_text()), 0)
+    after, env = _workflow(tmp_path / "after")  # the server still serves
+    assert _probe(snakefork.run(ARGS, cwd=after, env=env, timeout=120))["variable"] == "seen"
+
+
+def test_runs_the_server_cannot_stand_for_are_plain_subprocesses(tmp_path, monkeypatch):
+    workdir, env = _workflow(tmp_path)
+    other_seed = dict(env, PYTHONHASHSEED="7")  # read by a new interpreter at its start
+    assert _probe(snakefork.run(ARGS, cwd=workdir, env=other_seed, timeout=120))["ppid"] == (
+        os.getpid()
+    )
+    server = snakefork._get_server()
+    with server.lock:  # a run in progress on another thread
+        assert _probe(snakefork.run(ARGS, cwd=workdir, env=env, timeout=120))["ppid"] == (
+            os.getpid()
+        )
+    monkeypatch.setenv(snakefork.DISABLE_VARIABLE, "0")
+    assert _probe(snakefork.run(ARGS, cwd=workdir, env=env, timeout=120))["ppid"] == os.getpid()
+
+
+def test_the_module_path_is_the_interpreters():
+    assert snakefork.module_path("/w", "a:/b/../c::", ["/std"]) == [
+        "/w",
+        "/w/a",
+        "/c",
+        "/w",
+        "/w",
+        "/std",
+    ]
+    assert snakefork.module_path("/w", None, ["/std"]) == ["/w", "/std"]
+    assert snakefork.module_path("/w", "", ["/std"]) == ["/w", "/std"]

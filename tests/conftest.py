@@ -22,7 +22,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import snakefork  # noqa: E402
 from kbrepo import make_kernelbench_repo  # noqa: E402
 
 # Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto): those
@@ -49,6 +48,7 @@ SLOW_MODULES = {
     "test_no_gpu",
     "test_reference_summary",
     "test_report",
+    "test_snakefork",
     "test_workflow",
 }
 
@@ -191,6 +191,8 @@ def snakemake(
 ) -> subprocess.CompletedProcess:
     """Run snakemake in `workdir`, the copied workflow's own kbfuse sources first on the path
     (a process of its own, forked from one that has imported Snakemake: tests/snakefork.py)."""
+    import snakefork  # here: a copy of this conftest without its neighbours still loads
+
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "src"), env.get("PYTHONPATH")]))
     proc = snakefork.run(args, cwd=workdir, env=env, timeout=600)

@@ -8,6 +8,8 @@ and the child becomes the run a fresh `python -m snakemake` would have been:
 
 - its working directory, environment and arguments are the run's; its standard input is
   /dev/null (the server's), its standard output and error go to files the caller reads back;
+- Snakemake's run directory (read from the working directory when Snakemake is imported) is
+  the run's;
 - its module search path is the one the interpreter would build from the run's PYTHONPATH
   (the working directory first, as with `-m`, then PYTHONPATH's entries made absolute, then
   the interpreter's own path), and `snakemake/__main__.py` runs as `__main__`;
@@ -20,9 +22,13 @@ changes what a new interpreter would be at its start (PYTHONHASHSEED, PYTHONWARN
 locale, ...), or the server cannot be used (a second thread, KBFUSE_TEST_SNAKEFORK=0), the run
 is a plain subprocess.
 
-Protocol (one run at a time): the client writes one JSON line {argv, cwd, env, stdout,
-stderr}; the server answers {"pid": ...} once the child is forked and {"status": ...} (the
-wait status) when it has ended.
+`start` is the same for a run in the background (subprocess.Popen's part the tests use: pid,
+poll, wait; a session of its own where asked, for a kill of its whole process group).
+
+Protocol, one request at a time, each a JSON line: {"op": "run" or "start", argv, cwd, env,
+stdout, stderr, new_session} is answered {"pid": ...} once the child is forked, and for "run"
+then {"status": ...} (the wait status) when it has ended; {"op": "wait", pid, block} on a
+started run is answered with its wait status, or null while it runs.
 """
 
 from __future__ import annotations
@@ -126,14 +132,20 @@ def serve() -> dict:
     _send(replies, {"ready": os.getpid()})
     while line := _read_line(requests):
         request = json.loads(line)
+        if request["op"] == "wait":  # on a started run: its wait status, or None
+            flags = 0 if request["block"] else os.WNOHANG
+            pid, status = os.waitpid(request["pid"], flags)
+            _send(replies, {"status": status if pid else None})
+            continue
         pid = os.fork()
         if pid == 0:
             os.close(requests)
             os.close(replies)
             return {**request, "base_path": base_path}
         _send(replies, {"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        _send(replies, {"status": status})
+        if request["op"] == "run":  # "start" returns at once; its status comes with "wait"
+            _, status = os.waitpid(pid, 0)
+            _send(replies, {"status": status})
     os._exit(0)
 
 
@@ -154,7 +166,17 @@ def become_the_run(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[:] = module_path(os.getcwd(), os.environ.get("PYTHONPATH"), request["base_path"])
+    # The one piece of process state Snakemake takes at its import: the working directory it
+    # reports as the run directory (a class attribute, evaluated when the class is made).
+    from snakemake.workflow import Workflow
+
+    Workflow._rundir = str(Path.cwd().absolute())
+    if request.get("new_session"):
+        os.setsid()
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        if fd == 2 and path == request["stdout"]:  # stderr into stdout, one file position
+            os.dup2(1, 2)
+            continue
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
         os.close(target)
@@ -200,14 +222,16 @@ class _Server:
     def fits(self, env: dict) -> bool:
         return all(env.get(key) == value for key, value in self.startup.items())
 
+    def request(self, **request) -> dict:
+        """Send one request; its first reply."""
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        return self._reply(timeout=60)
+
     def run(self, argv, cwd, env, timeout) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory(prefix="snakefork-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = {"argv": list(argv), "cwd": str(cwd), "env": env,
-                       "stdout": str(out), "stderr": str(err)}  # fmt: skip
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-            pid = self._reply(timeout=60)["pid"]
+            pid = self.request(op="run", argv=list(argv), cwd=str(cwd), env=env,
+                               stdout=str(out), stderr=str(err))["pid"]  # fmt: skip
             deadline = time.monotonic() + timeout
             reply = self._reply(timeout=deadline - time.monotonic())
             if not reply:
@@ -218,6 +242,28 @@ class _Server:
         if not reply:
             raise subprocess.TimeoutExpired(args, timeout, stdout, stderr)
         return subprocess.CompletedProcess(args, _returncode(reply["status"]), stdout, stderr)
+
+
+class Started:
+    """A run started in the background by the server (`start`): the part of subprocess.Popen's
+    interface the tests use (pid, returncode, poll, wait)."""
+
+    def __init__(self, server: _Server, pid: int, args: list[str]) -> None:
+        self.server, self.pid, self.args, self.returncode = server, pid, args, None
+
+    def _wait(self, block: bool) -> int | None:
+        if self.returncode is None:
+            with self.server.lock:
+                status = self.server.request(op="wait", pid=self.pid, block=block)["status"]
+            if status is not None:
+                self.returncode = _returncode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._wait(block=False)
+
+    def wait(self) -> int:
+        return self._wait(block=True)
 
 
 def _read_text(path: Path) -> str:
@@ -260,6 +306,26 @@ def run(argv, cwd, env: dict, timeout: float) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+def start(argv, cwd, env: dict, output: Path, new_session: bool = False):
+    """`python -m snakemake *argv` started in the background, its standard output and error
+    into the file `output` (os.devnull for none), in a session of its own where asked: a
+    Started, or the subprocess.Popen that stands in where the server cannot be used."""
+    args = [sys.executable, "-m", "snakemake", *argv]
+    if os.environ.get(DISABLE_VARIABLE) != "0":
+        server = _get_server()
+        if server.fits(env) and server.lock.acquire(blocking=False):
+            try:
+                reply = server.request(op="start", argv=list(argv), cwd=str(cwd), env=env,
+                                       stdout=str(output), stderr=str(output),
+                                       new_session=new_session)  # fmt: skip
+            finally:
+                server.lock.release()
+            return Started(server, reply["pid"], args)
+    with open(output, "wb") as out:
+        return subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=new_session)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import snakefork
@@ -66,19 +69,18 @@ def test_a_forked_run_is_what_a_fresh_snakemake_process_is(tmp_path):
     expected.pop("stdin")
     assert seen == expected
     assert seen["path"][:4] == [str(workdir), str(workdir / "lib"), str(workdir), "/y"]
+    # the fake kbfuse of its PYTHONPATH, not one imported before the fork (an installed one)
     assert seen["kbfuse"] == str(workdir / "lib/kbfuse/__init__.py")
     assert seen["variable"] == "seen"
     assert seen["argv"][0].endswith("snakemake/__main__.py") and seen["argv"][1:] == ARGS
 
 
-def test_the_server_imports_no_kbfuse_before_it_forks():
-    server = snakefork._get_server()
+def test_a_closed_server_has_ended_and_been_waited_for():
+    # (its CPU time, and its runs', then count in this process's children: `time` sees it)
+    server = snakefork._Server()
     assert server.proc.poll() is None
-    probe = [sys.executable, "-c", "import sys; print(open(f'/proc/{sys.argv[1]}/cmdline').read())",
-             str(server.proc.pid)]  # fmt: skip
-    assert "snakefork.py" in subprocess.run(probe, capture_output=True, text=True).stdout
-    # (the server asserts it after its imports, and would not have answered otherwise)
-    assert "kbfuse" not in " ".join(snakefork.WARM_IMPORTS)
+    server.close()
+    assert server.proc.returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -101,9 +103,16 @@ def test_an_ending_run_gives_the_return_code_and_output_of_a_fresh_one(
     assert _without_probe(forked) == _without_probe(plain)
 
 
+# Lines that differ from one run to the next: the probe's (its parent), the date and the run's
+# identifier in Snakemake's header, the time stamp before each job.
+VARYING = re.compile(r"PROBE |Date: |Workflow ID: |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]$")
+
+
 def _without_probe(proc: subprocess.CompletedProcess) -> tuple[str, str]:
-    lines = [line for line in proc.stdout.splitlines(True) if not line.startswith("PROBE ")]
-    return "".join(lines), proc.stderr
+    def steady(text):
+        return [line for line in text.splitlines(True) if not VARYING.match(line.strip())]
+
+    return "".join(steady(proc.stdout)), "".join(steady(proc.stderr))
 
 
 def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path):
@@ -112,7 +121,7 @@ def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path):
                              "str(os.getpid()))\nimport time; time.sleep(60)")  # fmt: skip
     with pytest.raises(subprocess.TimeoutExpired, match=r"timed out after 3 seconds"):
         snakefork.run(ARGS, cwd=sleeper, env=env, timeout=3)
-    with pytest.raises(ProcessLookupError):  # killed and reaped
+    with pytest.raises(ProcessLookupError, match="No such process"):  # killed and reaped
         os.kill(int(pid_file.read_text()), 0)
     after, env = _workflow(tmp_path / "after")  # the server still serves
     assert _probe(snakefork.run(ARGS, cwd=after, env=env, timeout=120))["variable"] == "seen"
@@ -144,3 +153,56 @@ def test_the_module_path_is_the_interpreters():
     ]
     assert snakefork.module_path("/w", None, ["/std"]) == ["/w", "/std"]
     assert snakefork.module_path("/w", "", ["/std"]) == ["/w", "/std"]
+
+
+SLEEPER = """
+import subprocess
+open("group", "w").write(f"{os.getpid()} {os.getpgid(0)} {os.getsid(0)}")
+print("to stdout", flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+child = subprocess.Popen(["sleep", "60"])  # a job of the run: the group kill must reach it
+open("child", "w").write(str(child.pid))
+child.wait()
+"""
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "plain"])
+def test_a_started_run_in_its_own_session_dies_whole_with_its_group(tmp_path, monkeypatch, forked):
+    if not forked:
+        monkeypatch.setenv(snakefork.DISABLE_VARIABLE, "0")
+    workdir, env = _workflow(tmp_path, SLEEPER)
+    proc = snakefork.start(ARGS, workdir, env, tmp_path / "out", new_session=True)
+    assert isinstance(proc, snakefork.Started) is forked
+    deadline = time.monotonic() + 60
+    while not (workdir / "child").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.1)  # (the pid is written before the file is closed)
+    pid, group, session = map(int, (workdir / "group").read_text().split())
+    assert pid == group == session == proc.pid  # a session and a process group of its own
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL and proc.returncode == -signal.SIGKILL
+    assert proc.poll() == -signal.SIGKILL
+    child = int((workdir / "child").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+    output = (tmp_path / "out").read_text()
+    assert "to stdout\n" in output and "to stderr\n" in output  # both streams, one file
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_started_run_ends_with_its_own_return_code(tmp_path):
+    workdir, env = _workflow(tmp_path, "sys.exit('stopped')")
+    proc = snakefork.start(ARGS, workdir, env, Path(os.devnull))
+    assert isinstance(proc, snakefork.Started)
+    assert proc.wait() == 1 and proc.poll() == 1

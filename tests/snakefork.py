@@ -20,7 +20,9 @@ Nothing of kbfuse is imported before the fork (the server checks), so every run 
 kbfuse its own PYTHONPATH names (the copied workflow's `src`). Where the run's environment
 changes what a new interpreter would be at its start (PYTHONHASHSEED, PYTHONWARNINGS, the
 locale, ...), or the server cannot be used (a second thread, KBFUSE_TEST_SNAKEFORK=0), the run
-is a plain subprocess.
+is a plain subprocess. One difference stays: the runs forked by one server share its seed
+for hashing strings (a fresh interpreter draws its own), so an order that depends on string
+hashes, such as a set's, is the same in every run of one test process.
 
 `start` is the same for a run in the background (subprocess.Popen's part the tests use: pid,
 poll, wait; a session of its own where asked, for a kill of its whole process group).

@@ -17,6 +17,13 @@ from pathlib import Path
 import pytest
 import snakefork
 
+
+@pytest.fixture(autouse=True)
+def _server_allowed(monkeypatch):
+    """These tests are about the server: used even where KBFUSE_TEST_SNAKEFORK=0 is set."""
+    monkeypatch.delenv(snakefork.DISABLE_VARIABLE, raising=False)
+
+
 # Runs at the Snakefile's parse, in the Snakemake process itself.
 PROBE = """
 import json, os, sys

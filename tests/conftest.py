@@ -48,6 +48,7 @@ SLOW_MODULES = {
     "test_no_gpu",
     "test_reference_summary",
     "test_report",
+    "test_snakefork",
     "test_workflow",
 }
 
@@ -188,17 +189,13 @@ def write_test_config(workdir: Path, url: str, commit: str, **overrides) -> Path
 def snakemake(
     workdir: Path, *args: str, check: bool = True, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run snakemake in `workdir`, the copied workflow's own kbfuse sources first on the path."""
+    """Run snakemake in `workdir`, the copied workflow's own kbfuse sources first on the path
+    (a process of its own, forked from one that has imported Snakemake: tests/snakefork.py)."""
+    import snakefork  # here: a copy of this conftest without its neighbours still loads
+
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "src"), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = snakefork.run(args, cwd=workdir, env=env, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"

@@ -19,13 +19,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+import snakefork
 import torch
 import yaml
 from conftest import (
@@ -45,20 +44,16 @@ PIN = "results/kernelbench/pin.json"
 # ------------------------------------------------------------------ (a) the lock
 
 
-def _start_paused(workdir: Path, point: str, marker: Path, *args: str) -> subprocess.Popen:
-    """Start `snakemake --cores 1 *args` and return once a job sits at kbfuse pause `point`."""
+def _start_paused(workdir: Path, point: str, marker: Path, *args: str):
+    """Start `snakemake --cores 1 *args` (tests/snakefork.py) and return once a job sits at
+    kbfuse pause `point`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "src"), env.get("PYTHONPATH")]))
     env["KBFUSE_PAUSE_AT"] = point
     env["KBFUSE_PAUSE_MARKER"] = str(marker)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: the kill reaches the job too
-    )
+    # its own process group (session): the kill reaches the job too
+    proc = snakefork.start(["--cores", "1", *args], workdir, env, Path(os.devnull),
+                           new_session=True)  # fmt: skip
     deadline = time.monotonic() + 120
     while not marker.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,11 @@ def pytest_cmdline_main(config):
         option.dist = "loadfile"
         option.loadscopereorder = False
 
+
+# Every job the tests start takes the GPU lock (kbfuse.workflow.gpulock); by default its files
+# are in the system's temporary folder, shared with any other test run or workflow on the
+# machine, where one could make the other wait. Each test process gets a folder of its own.
+os.environ.setdefault("KBFUSE_GPU_LOCK_DIR", tempfile.mkdtemp(prefix="kbfuse-test-locks-"))
 
 # As the session found them: torch.compile run in this process (in a test or a module fixture)
 # writes Inductor's default cache folder into os.environ["TORCHINDUCTOR_CACHE_DIR"], and a later

@@ -51,6 +51,7 @@ MODULES = (
     "survey.timing",
     "candidates.flags",
     "candidates.verdict",
+    "errors",
 )
 # Functions that launch kernels or build the model on the GPU: no CPU test can run them.
 GPU_ONLY = (

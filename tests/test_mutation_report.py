@@ -165,3 +165,28 @@ def test_a_mutant_name_is_split_into_module_and_function():
     )
     with pytest.raises(ValueError, match=r"^not a mutmut mutant name: 'kbfuse\.x'$"):
         report.function_of("kbfuse.x")
+
+
+def test_decorated_functions_are_named_as_not_mutated(tmp_path):
+    """mutmut does not mutate a decorated function: the report names each one, so that a
+    function no mutant checks is never counted as tested."""
+    assert report.not_mutated(["workflow.deps"]) == [
+        "workflow.deps._imports_of",
+        "workflow.deps.module_closure",
+    ]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mod.py").write_text(
+        "import functools\n"
+        "@functools.cache\ndef cached(): pass\n"
+        "def plain(): pass\n"
+        "class C:\n"
+        "    @staticmethod\n    def made(): pass\n"
+        "    @property\n    def size(self): pass\n"
+        "    @staticmethod\n    @functools.cache\n    def both(): pass\n"
+    )
+    assert report.not_mutated(["sub.mod"], tmp_path) == [
+        "sub.mod.cached",
+        "sub.mod.C.size",
+        "sub.mod.C.both",
+    ]
+    assert report.not_mutated(["errors"]) == []

@@ -3,6 +3,7 @@ others."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,44 @@ def test_module_files_name_the_schemas_the_records_module_reads():
     assert "src/kbfuse/schemas/timing.schema.json" in schemas
     assert len(schemas) == len(list((deps.SRC / "schemas").glob("*.json")))
     assert not [f for f in deps.module_files("errors") if f.endswith(".json")]
+
+
+def _edit(path: Path, text: str, mtime_ns: int) -> None:
+    """Write `text` to `path` and set its modification time to `mtime_ns`."""
+    path.write_text(text)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("edited", "later_ns"),
+    [
+        ("from kbfuse import c\n", 1_000_000_000),  # same size, a later time
+        ("from kbfuse import c  # and a comment\n", 0),  # another size, the same time
+    ],
+)
+def test_an_edit_is_parsed_again_when_its_time_or_only_its_size_changes(tmp_path, edited, later_ns):
+    """A file's version is its modification time and its size: either alone tells an edit."""
+    (tmp_path / "first.py").write_text("from kbfuse import b\n")
+    (tmp_path / "c.py").write_text("y = 2\n")
+    b = tmp_path / "b.py"
+    b.write_text("from kbfuse import d\n")
+    (tmp_path / "d.py").write_text("x = 1\n")
+    mtime_ns = b.stat().st_mtime_ns
+    assert deps.module_closure("first", tmp_path) == ("b", "d", "first")
+    _edit(b, edited, mtime_ns + later_ns)
+    assert (b.stat().st_size == len("from kbfuse import d\n")) is (later_ns != 0)
+    (tmp_path / "second.py").write_text("from kbfuse import b\n")  # closures are cached by name
+    assert deps.module_closure("second", tmp_path) == ("b", "c", "second")
+
+
+def test_each_version_of_a_file_is_parsed_once(tmp_path):
+    (tmp_path / "a.py").write_text("from kbfuse import b\n")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    before = deps._imports_of.cache_info()
+    assert deps.module_closure("a", tmp_path) == ("a", "b")
+    stat = (tmp_path / "b.py").stat()
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    assert deps._imports_of(tmp_path / "b.py", stamp) == frozenset()
+    assert deps._imports_of(tmp_path / "a.py", stamp) == frozenset({"b"})  # a's text, b's stamp
+    after = deps._imports_of.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (3, 1)

@@ -60,20 +60,71 @@ def test_tally_counts_gpu_only_and_other_modules_apart():
     ]
 
 
-def test_earlier_figures_only_for_modules_not_in_this_run():
-    runs = report.previous_runs({"checks.numerics", "timing.measure", "results.bundle"})
-    assert [run["commit"] for run, _ in runs] == ["9d9d17c", "8bdcf32"]
+EARLIER = """
+[[runs]]
+date = "2026-12-01"
+mutmut = "3.8.1"
+commit = "bbbbbbb"
+about = "Measured under the flat name kbfuse.bundle."
+
+[runs.modules."results.bundle"]
+scored = 548
+killed = 536
+survived = 11
+timeout = 1
+
+[runs.modules."timing.gate"]
+scored = 217
+killed = 217
+
+[[runs]]
+date = "2026-11-30"
+mutmut = "3.8.1"
+commit = "aaaaaaa"
+
+[runs.modules."checks.numerics"]
+scored = 492
+killed = 488
+survived = 4
+
+[runs.modules."checks.verify"]
+scored = 389
+killed = 386
+survived = 3
+gpu_only = 122
+"""
+
+
+def test_earlier_figures_only_for_modules_not_in_this_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "PREVIOUS", tmp_path / "previous.toml")
+    report.PREVIOUS.write_text(EARLIER)
+    runs = report.previous_runs({"checks.numerics", "timing.gate"})
+    assert [run["commit"] for run, _ in runs] == ["bbbbbbb", "aaaaaaa"]
     latest, first = (counts for _, counts in runs)
-    assert set(latest) == {"results.records", "timing.gate", "workflow.deps", "compilation.routes"}
-    assert set(first) == {"checks.verify"}
-    assert first["checks.verify"]["gpu-only"] == 122
+    assert latest == {"results.bundle": Counter(scored=548, killed=536, survived=11, timeout=1)}
+    assert first == {
+        "checks.verify": Counter(scored=389, killed=386, survived=3, **{"gpu-only": 122})
+    }
+    assert report.previous_runs({"results.bundle", "timing.gate"})[0][0]["commit"] == "aaaaaaa"
     section = "\n".join(report.previous_section({"checks.numerics"}))
     assert "| checks.verify | 389 | 386 | 3 | 0 | 0 | 99.2% | 122 | 0 |" in section
     assert "| results.bundle | 548 | 536 | 11 | 0 | 1 | 97.8% | 0 | 0 |" in section
-    assert "| timing.measure | 215 | 213 | 2 | 0 | 0 | 99.1% | 79 | 6 |" in section
+    assert "| timing.gate | 217 | 217 | 0 | 0 | 0 | 100.0% | 0 | 0 |" in section
     assert "| checks.numerics |" not in section
-    assert "`kbfuse.bundle` for today's `kbfuse.results.bundle`" in section
-    assert report.previous_section(set(report.MODULES)) == []
+    assert "on the code of commit bbbbbbb. Measured under the flat name kbfuse.bundle" in section
+    assert (
+        report.previous_section(
+            {"results.bundle", "timing.gate", "checks.numerics", "checks.verify"}
+        )
+        == []
+    )
+
+
+def test_the_earlier_runs_file_names_a_run_for_every_module_not_run_today():
+    """What docs/mutation.md shows apart: each earlier run names its commit and what it ran."""
+    for run in tomllib.loads(report.PREVIOUS.read_text())["runs"]:
+        assert re.fullmatch(r"[0-9a-f]{7}", run["commit"]), run
+        assert run["about"].strip() and run["modules"], run["commit"]
 
 
 def test_earlier_runs_name_only_scored_modules():
@@ -114,3 +165,28 @@ def test_a_mutant_name_is_split_into_module_and_function():
     )
     with pytest.raises(ValueError, match=r"^not a mutmut mutant name: 'kbfuse\.x'$"):
         report.function_of("kbfuse.x")
+
+
+def test_decorated_functions_are_named_as_not_mutated(tmp_path):
+    """mutmut does not mutate a decorated function: the report names each one, so that a
+    function no mutant checks is never counted as tested."""
+    assert report.not_mutated(["workflow.deps"]) == [
+        "workflow.deps._imports_of",
+        "workflow.deps.module_closure",
+    ]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mod.py").write_text(
+        "import functools\n"
+        "@functools.cache\ndef cached(): pass\n"
+        "def plain(): pass\n"
+        "class C:\n"
+        "    @staticmethod\n    def made(): pass\n"
+        "    @property\n    def size(self): pass\n"
+        "    @staticmethod\n    @functools.cache\n    def both(): pass\n"
+    )
+    assert report.not_mutated(["sub.mod"], tmp_path) == [
+        "sub.mod.cached",
+        "sub.mod.C.size",
+        "sub.mod.C.both",
+    ]
+    assert report.not_mutated(["errors"]) == []

@@ -1087,3 +1087,39 @@ def test_verify_names_cupys_implicit_ftz_from_the_route(tmp_path, monkeypatch):
         "cupy: options do not request FTZ, but CuPy's implicit -ftz=true flushes subnormals to zero"
     )
     assert record["mismatch"] is False
+
+
+# Survivors of the run of today's verify (docs/mutation.md): the record and the log of a job.
+
+
+def test_verify_records_the_cache_setting_the_artifact_was_loaded_under(
+    fake_device_verify, monkeypatch
+):
+    """The setting is read before the artifact loads: a load that changes the environment
+    afterwards does not change what the record (and the log) say the artifact ran under."""
+    run, _ = fake_device_verify
+    monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
+    before = cudacache.current_setting()
+
+    def load_then_disable_the_cache(artifact, meta):
+        monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
+        return SimpleNamespace(variant=meta["variant"], device=3)
+
+    monkeypatch.setattr(verify.LoadedModule, "load", staticmethod(load_then_disable_the_cache))
+    record = run(pin={"tasks": {}})
+    assert before["CUDA_CACHE_DISABLE"] is None
+    assert record["cuda_cache"] == before
+    assert cudacache.current_setting()["CUDA_CACHE_DISABLE"] == "1"
+
+
+def test_a_verify_job_log_holds_that_job_only_and_reaches_the_verify_logger(caplog, tmp_path):
+    log = tmp_path / "verify.log"
+    log.write_text("an earlier job\n")
+    message = "variants must be a non-empty mapping name -> (artifact, meta), got {}"
+    refused = pytest.raises(KbfuseError, match=f"^{re.escape(message)}$")
+    with caplog.at_level(logging.INFO, logger="kbfuse.checks.verify"), refused:
+        verify.verify_variants({}, tmp_path, None, {}, log)
+    assert log.read_text() == f"failed: {message}\n"
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("kbfuse.checks.verify", f"failed: {message}")
+    ]

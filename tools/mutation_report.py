@@ -17,6 +17,7 @@ named as such and never added to this run's score.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import re
 import subprocess
@@ -51,6 +52,7 @@ MODULES = (
     "survey.timing",
     "candidates.flags",
     "candidates.verdict",
+    "errors",
 )
 # Functions that launch kernels or build the model on the GPU: no CPU test can run them.
 GPU_ONLY = (
@@ -88,6 +90,33 @@ def function_of(name: str) -> tuple[str, str]:
 
 def gpu_only(module: str, function: str) -> bool:
     return any(fnmatchcase(f"{module}.{function}", pattern) for pattern in GPU_ONLY)
+
+
+# mutmut leaves a function with a decorator alone (but for staticmethod and classmethod): the
+# decorator runs when the function is defined, so mutmut does not wrap it with its trampoline.
+UNDECORATED = ("staticmethod", "classmethod")
+
+
+def not_mutated(modules, src: Path = ROOT / "src" / "kbfuse") -> list[str]:
+    """'module.function' (or 'module.Class.method') of each decorated function of `modules`
+    that mutmut does not mutate (`@cache`, `@contextlib.contextmanager`, `@property`, ...)."""
+    found = []
+    for module in modules:
+        tree = ast.parse((src / f"{module.replace('.', '/')}.py").read_text())
+        found += [f"{module}.{name}" for name in _decorated(tree.body)]
+    return found
+
+
+def _decorated(body, prefix: str = "") -> list[str]:
+    names = []
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            names += _decorated(node.body, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if not (len(decorators) == 1 and decorators[0] in UNDECORATED):
+                names.append(f"{prefix}{node.name}")
+    return names
 
 
 def mutmut_results() -> dict[str, str]:
@@ -233,6 +262,10 @@ def _sort_key(name: str) -> tuple[str, str, int]:
     return module, function, int(name.rsplit("_", 1)[1])
 
 
+def _listed(names) -> str:
+    return ", ".join(f"`{name}`" for name in names) if names else "none"
+
+
 def render(modules, counts, results, reasons, note: str = "") -> tuple[str, list[str]]:
     total = Counter()
     for c in counts.values():
@@ -271,6 +304,10 @@ def render(modules, counts, results, reasons, note: str = "") -> tuple[str, list
         f"({', '.join(f'`{g}`' for g in GPU_ONLY)}); no CPU test can reach them, the GPU tests",
         "do, and they are counted apart. *No CPU test*: no selected test runs the function.",
         "*Not run*: mutants of a scored function that this run did not reach (0 after a full run).",
+        "*Not mutated*: mutmut leaves every function with a decorator alone (but for",
+        "`staticmethod` and `classmethod`); in the scored modules these are "
+        f"{_listed(not_mutated(MODULES))}. Their own tests run in the suite, but no",
+        "mutant checks them.",
         "mutmut keeps its verdicts in `./mutants`: after tests are added, `mutmut run NAME...`",
         "with the survivors' names rechecks just those, and `python tools/mutation_report.py`",
         "rewrites this page.",

@@ -237,12 +237,16 @@ def test_same_bits_needs_the_same_dtype_even_for_equal_bit_patterns():
     assert not determinism.same_bits(one.view(torch.int32), one)
 
 
-def test_same_bits_of_one_byte_floats_needs_no_integer_view():
-    """Only 2-, 4- and 8-byte floats are viewed as integers of their size; a float8 tensor is
-    compared as it is (viewing every floating dtype would look up a 1-byte integer view)."""
+def test_same_bits_of_one_byte_floats_compares_their_bits():
+    """float8 is compared bit for bit like the wider floats: 0.0 and -0.0 differ, a NaN equals
+    its own copy (by value, neither would hold)."""
     float8 = f32(1.0, -2.0, 448.0).to(torch.float8_e4m3fn)
     assert determinism.same_bits(float8, float8.clone())
     assert not determinism.same_bits(float8, f32(1.0, 2.0, 448.0).to(torch.float8_e4m3fn))
+    zero, negative_zero = f32(0.0).to(torch.float8_e4m3fn), f32(-0.0).to(torch.float8_e4m3fn)
+    assert not determinism.same_bits(zero, negative_zero)
+    nan = f32(float("nan")).to(torch.float8_e4m3fn)
+    assert determinism.same_bits(nan, nan.clone())
 
 
 # --------------------------------------------------------------------------- timing (pure parts)

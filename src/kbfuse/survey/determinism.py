@@ -21,8 +21,8 @@ def same_bits(a, b) -> bool:
         return False
     if a.is_complex():  # its real and imaginary parts, bit for bit
         a, b = torch.view_as_real(a.contiguous()), torch.view_as_real(b.contiguous())
-    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    if a.dtype.is_floating_point:  # float8 too: 0.0 != -0.0 and a NaN equals its own copy
+        view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
     return bool(torch.equal(a, b))
 

@@ -40,8 +40,8 @@ def _wrap_torch(name: str, original):
             "extra_ldflags": _as_list(kwargs.get("extra_ldflags")),
         }
         BUILDS.append(build)
-        # how long the call took: tens of seconds when nvcc ran, about one when the extension
-        # was found built (the check's full run after its build-only run)
+        # how long the call took: tens of seconds when nvcc ran, about one when torch found
+        # the extension already built
         started = time.monotonic()
         try:
             return original(*args, **kwargs)

@@ -77,7 +77,9 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _child(role, request: dict, folder: Path, limits: Limits, log: Path, env=None, handoff=None):
+def _child(
+    role: str, request: dict, folder: Path, limits: Limits, log: Path, env=None, handoff=None
+):
     request_path = folder.parent / f"{role}-request.json"
     request_path.write_text(json.dumps({**request, "out": str(folder / "out")}))
     return run_child(role, request_path, folder, limits, log, env, handoff)

@@ -76,6 +76,7 @@ class Handoff:
         self.request, self.granted = folder / "alone.request", folder / "alone.granted"
         self._stack = contextlib.ExitStack()
         self._thread: threading.Thread | None = None
+        self.pgid: int | None = None  # the child's process group (attach)
 
     def paths(self) -> dict[str, str]:
         return {"request": str(self.request), "granted": str(self.granted)}
@@ -202,12 +203,14 @@ def run_child(
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "kbfuse.candidates.child", role, str(request)]
     limit_bytes = limits.memory_limit_mb * 1024 * 1024
-    waited, wait_since = 0.0, None
+    shared_wait = 0.0
     if handoff is not None:  # the shared hold, before the child's clock starts
         asked = time.monotonic()
         handoff.start()
-        waited = time.monotonic() - asked
-    start = time.monotonic() - waited  # so that wall_s (below) leaves the wait out
+        shared_wait = time.monotonic() - asked
+    start = time.monotonic()
+    # seconds the parent waited for the GPU alone on the child's behalf: not the child's time
+    paused, paused_since = 0.0, None
     status, peak = "exited", 0
     with open(log, "ab") as sink:
         proc = subprocess.Popen(
@@ -226,12 +229,12 @@ def run_child(
             rss = group_rss_bytes(proc.pid)
             peak = max(peak, rss)
             now = time.monotonic()
-            if handoff is not None:  # the lock's wait is the parent's, not the child's time
-                if handoff.waiting() and wait_since is None:
-                    wait_since = now
-                elif not handoff.waiting() and wait_since is not None:
-                    waited, wait_since = waited + now - wait_since, None
-            counted = now - start - waited - (now - wait_since if wait_since else 0.0)
+            waiting = handoff is not None and handoff.waiting()
+            if waiting and paused_since is None:
+                paused_since = now
+            elif not waiting and paused_since is not None:
+                paused, paused_since = paused + now - paused_since, None
+            counted = now - start - paused - (now - paused_since if waiting else 0.0)
             if rss > limit_bytes:
                 status = "memory_limit"
             elif counted > limits.time_limit_s:
@@ -242,8 +245,8 @@ def run_child(
                 break
             time.sleep(POLL_S)
         _kill_group(proc.pid)
-    if wait_since is not None:
-        waited += time.monotonic() - wait_since
+    if paused_since is not None:
+        paused += time.monotonic() - paused_since
     if handoff is not None:
         handoff.close()
     if status != "exited":
@@ -253,8 +256,8 @@ def run_child(
         role=role,
         status=status,
         returncode=proc.returncode,
-        wall_s=round(time.monotonic() - start - waited, 3),
+        wall_s=round(time.monotonic() - start - paused, 3),
         peak_rss_mb=round(peak / 2**20, 1),
         log_tail=_tail(log),
-        lock_wait_s=round(waited, 3),
+        lock_wait_s=round(shared_wait + paused, 3),
     )

@@ -19,6 +19,8 @@ from pathlib import Path
 from conftest import read_expected_skips, skip_problems
 
 TESTS = Path(__file__).resolve().parent
+
+
 def _checked_files() -> list[Path]:
     return sorted(TESTS.glob("*.py"))
 

@@ -193,7 +193,11 @@ def write_test_config(workdir: Path, url: str, commit: str, **overrides) -> Path
 
 
 def snakemake(
-    workdir: Path, *args: str, check: bool = True, env: dict | None = None
+    workdir: Path,
+    *args: str,
+    check: bool = True,
+    env: dict | None = None,
+    timeout: float = 600,
 ) -> subprocess.CompletedProcess:
     """Run snakemake in `workdir`, the copied workflow's own kbfuse sources first on the path
     (a process of its own, forked from one that has imported Snakemake: tests/snakefork.py)."""
@@ -201,7 +205,7 @@ def snakemake(
 
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "src"), env.get("PYTHONPATH")]))
-    proc = snakefork.run(args, cwd=workdir, env=env, timeout=600)
+    proc = snakefork.run(args, cwd=workdir, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"

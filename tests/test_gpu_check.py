@@ -1,85 +1,93 @@
 """kbfuse check on the GPU corpus (tests/candidates/*.py) against KernelBench at the pin:
 each candidate gets the right verdict and names the right reason.
 
-The KernelBench checkout: $KBFUSE_CHECK_KERNELBENCH (a checkout or a clone of the pinned
-commit), else results/kernelbench/checkout (the workflow's), else a clone of
-.kb/KernelBench.git (the mirror tools/h200-run.sh carries) at the pin. Each candidate is checked
-once (module cache) and then asserted on; `-k own_53` runs one. own_53 is timed against
-eager, TorchScript and Inductor, the others against eager and TorchScript (their verdicts do
-not depend on the baselines; Inductor's compile would double their time). The own kernels
-take 2-3 minutes each (nvcc builds the extension, then the witness), the others under one:
-split the module over calls of 10 minutes with -k.
+The whole corpus runs once, as users run it: `snakemake check` over a copy of the workflow
+(up to six checks at once: builds and references share the device, each candidate has it
+alone while its guards and timing run), KernelBench cloned by the workflow from
+$KBFUSE_CHECK_KERNELBENCH (a KernelBench git repository holding the pin), else from
+.kb/KernelBench.git (the mirror tools/h200-run.sh carries). The tests then read the verdicts
+and the summary. Timing is shortened (six rounds); every candidate is timed against eager,
+TorchScript and Inductor.
 """
 
 from __future__ import annotations
 
-import functools
+import json
 import os
-import subprocess
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
-
-from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
-from kbfuse.candidates.spec import task_of_file
+from conftest import copy_workflow, snakemake, write_test_config
 
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "candidates"
 PIN = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["kernelbench"]["commit"]
-BASE = {
+SETTINGS = {
+    "folder": str(CORPUS),
     "official_trials": 5,
     "seeds": [0],
     "time_limit_s": 590,
+    "baselines": ["eager", "torchscript", "inductor"],
     "timing": {"warmup": 2, "rounds": 6, "invocations_per_pair": 5},
 }
-FULL_BASELINES = ["eager", "torchscript", "inductor"]
 OWN = ("own_53", "own_81", "own_95")
-
-
-@functools.cache
-def kernelbench(tmp: str) -> Path:
-    given = os.environ.get("KBFUSE_CHECK_KERNELBENCH")
-    for candidate in (given, ROOT / "results/kernelbench/checkout"):
-        if candidate and Path(candidate, "KernelBench").is_dir():
-            assert checkout_commit(candidate) == PIN, f"{candidate} is not at the pin {PIN}"
-            return Path(candidate)
-    mirror = ROOT / ".kb" / "KernelBench.git"
-    assert mirror.is_dir(), "no KernelBench checkout: set KBFUSE_CHECK_KERNELBENCH"
-    target = Path(tmp) / "KernelBench"
-    subprocess.run(["git", "clone", "-q", str(mirror), str(target)], check=True)
-    subprocess.run(["git", "-C", str(target), "checkout", "-q", PIN], check=True)
-    return target
-
-
-@functools.cache
-def verdict_of(stem: str, tmp: str) -> dict:
-    checkout = kernelbench(tmp)
-    path = CORPUS / f"{stem}.py"
-    level, task = task_of_file(path)
-    baselines = {"own_53": FULL_BASELINES}.get(stem, ["eager", "torchscript"])
-    return check_candidate(
-        path,
-        level,
-        task,
-        find_task_file(checkout, level, task),
-        Path(tmp) / "verdicts" / f"{stem}.json",
-        {**BASE, "baselines": baselines, "witness_cache": str(Path(tmp) / "witness-cache")},
-        device="cuda",
-        commit=checkout_commit(checkout),
-    )
+CHECK_TIMEOUT_S = 1500
 
 
 @pytest.fixture(scope="module")
-def tmp(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("gpu-check"))
+def corpus(tmp_path_factory) -> Path:
+    """The workflow copy after `snakemake check` over the whole corpus."""
+    mirror = os.environ.get("KBFUSE_CHECK_KERNELBENCH") or str(ROOT / ".kb" / "KernelBench.git")
+    assert Path(mirror).exists(), "no KernelBench repository: set KBFUSE_CHECK_KERNELBENCH"
+    workdir = copy_workflow(tmp_path_factory.mktemp("gpu-check") / "wf")
+    overlay = write_test_config(workdir, mirror, PIN, arch="auto", check=SETTINGS)
+    start = time.monotonic()
+    snakemake(
+        workdir,
+        "--cores",
+        str(os.cpu_count()),
+        "check",
+        "--configfile",
+        str(overlay),
+        timeout=CHECK_TIMEOUT_S,
+    )
+    print(
+        f"snakemake check over {len(list(CORPUS.glob('*.py')))} candidates: "
+        f"{time.monotonic() - start:.0f} s"
+    )
+    return workdir
+
+
+def verdict_of(stem: str, workdir: Path) -> dict:
+    return json.loads((workdir / "results" / "check" / f"{stem}.json").read_text())
+
+
+def test_the_summary_lists_every_candidate_with_its_verdict(corpus):
+    table = pd.read_csv(corpus / "results" / "check" / "summary" / "table.csv")
+    stems = sorted(p.stem for p in CORPUS.glob("*.py"))
+    assert sorted(Path(f).stem for f in table["candidate"]) == stems
+    passing = {Path(f).stem for f in table.loc[table["verdict"] == "pass", "candidate"]}
+    assert passing == {*OWN, "fastmath_81"}
+    assert (corpus / "results" / "check" / "summary" / "speedup.png").stat().st_size > 1000
+
+
+def test_each_build_records_its_seconds(corpus):
+    record = verdict_of("own_53", corpus)
+    seconds = [b["seconds"] for b in record["contract"]["builds"]]
+    assert seconds and all(0 < s < 590 for s in seconds)
+    candidate = record["processes"]["candidate"]
+    assert candidate["status"] == "exited" and candidate["returncode"] == 0
+    assert 0 < candidate["wall_s"] < 590 and candidate["lock_wait_s"] >= 0
 
 
 @pytest.mark.parametrize("stem", OWN)
-def test_own_fused_tails_pass_bit_for_bit(stem, tmp):
-    record = verdict_of(stem, tmp)
+def test_own_fused_tails_pass_bit_for_bit(stem, corpus):
+    record = verdict_of(stem, corpus)
     assert record["verdict"] == "pass", record["checks"]
     assert record["failed_checks"] == [] and record["findings"] == []
     cases = record["correctness"]["cases"]
@@ -101,8 +109,8 @@ def test_own_fused_tails_pass_bit_for_bit(stem, tmp):
     assert speed["over_eager"]["median"] > 0 and speed["over_best_compiled"]["median"] > 0
 
 
-def test_fast_math_is_named_in_the_contract_and_measured(tmp):
-    record = verdict_of("fastmath_81", tmp)
+def test_fast_math_is_named_in_the_contract_and_measured(corpus):
+    record = verdict_of("fastmath_81", corpus)
     assert record["checks"]["official"]["status"] == "pass"  # within 1e-2
     assert {"fast_math", "ftz", "ftz_effective", "not_bit_identical"} <= set(record["findings"])
     contract = record["contract"]
@@ -113,30 +121,30 @@ def test_fast_math_is_named_in_the_contract_and_measured(tmp):
     assert record["verdict"] == "pass"  # fast math is a finding, not a failure
 
 
-def test_a_wrong_kernel_fails_on_values(tmp):
-    record = verdict_of("wrong_53", tmp)
+def test_a_wrong_kernel_fails_on_values(corpus):
+    record = verdict_of("wrong_53", corpus)
     assert record["verdict"] == "fail"
     assert record["failed_checks"][0] == "official"
     assert "output_after_timing" in record["failed_checks"]
 
 
-def test_zeros_pass_kernelbenchs_check_on_task_23_and_fail_here(tmp):
-    record = verdict_of("zeros_23", tmp)
+def test_zeros_pass_kernelbenchs_check_on_task_23_and_fail_here(corpus):
+    record = verdict_of("zeros_23", corpus)
     assert record["checks"]["official"]["status"] == "pass"
     assert record["trivial"]["zeros"]["passes"] is True
     assert "blind_spot" in record["findings"]
     assert record["failed_checks"] == ["input_independent"]
 
 
-def test_a_caching_candidate_fails_on_changed_inputs(tmp):
-    record = verdict_of("caching_53", tmp)
+def test_a_caching_candidate_fails_on_changed_inputs(corpus):
+    record = verdict_of("caching_53", corpus)
     assert "input_independent" in record["failed_checks"]
     assert "official" in record["failed_checks"]
     assert record["correctness"]["cases"]["official_0"]["bit_identical"] is True
 
 
-def test_side_stream_work_is_found_by_the_profiler(tmp):
-    record = verdict_of("side_stream_53", tmp)
+def test_side_stream_work_is_found_by_the_profiler(corpus):
+    record = verdict_of("side_stream_53", corpus)
     assert record["checks"]["official"]["status"] == "pass"
     assert "side_stream" in record["failed_checks"]
     side = record["guards"]["side_stream"]
@@ -144,13 +152,13 @@ def test_side_stream_work_is_found_by_the_profiler(tmp):
     assert set(record["failed_checks"]) <= {"side_stream", "unfinished_on_caller_stream"}
 
 
-def test_a_lazy_result_is_named(tmp):
-    record = verdict_of("lazy_53", tmp)
+def test_a_lazy_result_is_named(corpus):
+    record = verdict_of("lazy_53", corpus)
     assert record["failed_checks"] == ["lazy_result"]
 
 
-def test_a_patched_event_timer_is_named_and_does_not_change_the_figures(tmp):
-    record = verdict_of("timer_patch_53", tmp)
+def test_a_patched_event_timer_is_named_and_does_not_change_the_figures(corpus):
+    record = verdict_of("timer_patch_53", corpus)
     assert record["failed_checks"] == ["timer_patched"]
     assert record["guards"]["patched"]["after_import"] == ["torch.cuda.Event.elapsed_time"]
     samples = record["timing"]["events"]["candidate"]["samples_ms"]

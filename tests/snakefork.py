@@ -128,9 +128,11 @@ def serve() -> dict:
     os.dup2(devnull, 0)
     os.dup2(2, 1)
     _warm()
-    # the interpreter's own path, without this script's folder, as Snakemake's import leaves it
-    # (it appends its pip deployments' folder)
-    base_path = sys.path[1:]
+    # the interpreter's own path, without this script's folder and the server's PYTHONPATH
+    # (each run brings its own), as Snakemake's import leaves it (it appends its pip
+    # deployments' folder)
+    own = set((os.environ.get("PYTHONPATH") or "").split(os.pathsep))
+    base_path = [entry for entry in sys.path[1:] if entry not in own]
     _send(replies, {"ready": os.getpid()})
     while line := _read_line(requests):
         request = json.loads(line)
@@ -149,6 +151,17 @@ def serve() -> dict:
             _, status = os.waitpid(pid, 0)
             _send(replies, {"status": status})
     os._exit(0)
+
+
+def server_pythonpath(pythonpath: str | None) -> str | None:
+    """The server's PYTHONPATH: the entries of this process's that hold no kbfuse (where
+    Snakemake itself may live, e.g. a `pip install --target` folder), absolute."""
+    entries = [
+        os.path.abspath(entry)
+        for entry in (pythonpath or "").split(os.pathsep)
+        if entry and not os.path.exists(os.path.join(entry, "kbfuse"))
+    ]
+    return os.pathsep.join(entries) or None
 
 
 def module_path(cwd: str, pythonpath: str | None, base_path: list[str]) -> list[str]:
@@ -193,6 +206,8 @@ def become_the_run(request: dict) -> None:
 class _Server:
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if path := server_pythonpath(os.environ.get("PYTHONPATH")):
+            env["PYTHONPATH"] = path
         self.startup = {key: env.get(key) for key in STARTUP_VARIABLES}
         self.proc = subprocess.Popen(
             [sys.executable, __file__],

@@ -213,3 +213,15 @@ def test_a_started_run_ends_with_its_own_return_code(tmp_path):
     proc = snakefork.start(ARGS, workdir, env, Path(os.devnull))
     assert isinstance(proc, snakefork.Started)
     assert proc.wait() == 1 and proc.poll() == 1
+
+
+def test_the_server_keeps_the_pythonpath_entries_that_hold_no_kbfuse(tmp_path):
+    """Where Snakemake itself comes from PYTHONPATH (the GPU machine's `pip install --target`
+    folder), the server can import it; a folder with a kbfuse in it stays out of the server."""
+    (tmp_path / "src/kbfuse").mkdir(parents=True)
+    (tmp_path / "site").mkdir()
+    given = os.pathsep.join([str(tmp_path / "src"), "", str(tmp_path / "site"), "rel"])
+    expected = os.pathsep.join([str(tmp_path / "site"), os.path.abspath("rel")])
+    assert snakefork.server_pythonpath(given) == expected
+    assert snakefork.server_pythonpath(str(tmp_path / "src")) is None
+    assert snakefork.server_pythonpath(None) is None

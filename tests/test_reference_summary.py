@@ -388,7 +388,7 @@ def test_readme_tables_print_the_recorded_numbers(capsys):
     assert "0 of 220,200,960" in sections[2] and "360,548 of 220,200,960" in sections[2]
     assert "39 case records fail the official predicate: `tail/nonfinite`." in sections[2]
     tail81 = re.search(r"^\| 81 +\| nvrtc-cubin-noftz .*$", sections[3], re.M).group(0)
-    assert "| 33.0 " in tail81 and "3.32 (3.30–3.33)" in tail81 and "vs inductor" in tail81
+    assert "| 35.6 " in tail81 and "3.14 (3.12–3.15)" in tail81 and "vs inductor" in tail81
     fast95 = re.search(r"^\| 95 +\| fast-nvrtc-cubin-noftz .*$", sections[4], re.M).group(0)
     assert "| 0 of 4,294,967,296 " in fast95 and "| yes " in fast95
     assert "| 50,513,346 of 4,294,967,296 " in sections[4]  # task 81 or 95, FTZ on
@@ -396,5 +396,40 @@ def test_readme_tables_print_the_recorded_numbers(capsys):
     assert "-2.6640246534862188e-37 (`0x82b54ddb`)" in sections[5]
     twins = re.search(r"^\| nvrtc-cubin-ftz / nvrtc12-cubin-ftz .*$", sections[6], re.M).group(0)
     assert twins.count("151,358,334 inputs differ") == 2 and "nvrtc 12.9:" in twins
-    assert "| 95     | nvrtc-cubin | 1.0303 (1.0260–1.0346)" in sections[7]
-    assert "| 53     | tail/graph           | 1.001 " in sections[8]
+    assert "| 95     | nvrtc-cubin | 1.0308 (1.0283–1.0320)" in sections[7]
+    assert "| 53     | tail/graph           | 1.003 " in sections[8]
+
+
+def test_readme_and_findings_quote_the_reference_times():
+    """The time figures README's findings and docs/findings.md quote are the reference run's."""
+    tail = pd.read_csv(SUMMARY / "timing_tail.csv")
+    fast = tail[(tail["method"] == "graph") & tail["impl"].str.startswith("fast-")]
+    over_best = {
+        task: sorted(f"{v:.2f}" for v in group["best_compiled_over_impl"])
+        for task, group in fast.groupby("task")
+    }
+    assert over_best == {53: ["0.99", "0.99"], 81: ["0.93", "0.94"], 95: ["0.93", "0.93"]}
+    floor = {task: sorted(round(v) for v in g["pct_of_floor"]) for task, g in fast.groupby("task")}
+    assert floor == {53: [85, 85], 81: [67, 67], 95: [53, 53]}
+    ftz = pd.read_csv(SUMMARY / "ftz_cost.csv")
+    percent = {}
+    for task, group in ftz.groupby("task"):
+        costs = pd.concat([group["on_over_off"], group["on_over_off_balanced"]])
+        percent[task] = (f"{100 * (costs.min() - 1):.1f}", f"{100 * (costs.max() - 1):.1f}")
+    assert percent == {53: ("0.7", "0.7"), 81: ("0.5", "0.6"), 95: ("3.0", "3.2")}
+    readme = (ROOT / "README.md").read_text()
+    findings = (ROOT / "docs/findings.md").read_text()
+    quoted_in_readme = (
+        "0.93-0.94x of Inductor's speed",
+        "(0.99x, quartiles 0.98-1.00)",
+        "0.5-0.7 % slower on\n  tasks 53 and 81 and 3.0-3.2 %",
+    )
+    quoted_in_findings = (
+        "0.94x and 0.93x of Inductor's speed on tasks 81 and 95 (67 % and 53 %",
+        "(0.99x,\n  quartiles 0.98-1.00; 85 % of the floor)",
+        "0.7 % slower on task 53, 0.5-0.6 % on task 81 and 3.0-3.2 % on task 95",
+    )
+    for quoted in quoted_in_readme:
+        assert quoted in readme, quoted
+    for quoted in quoted_in_findings:
+        assert quoted in findings, quoted

@@ -57,6 +57,8 @@ def test_readme_quotes_those_figures(printed):
                    "up to 5.9x", "up to 11.6x", "on 95\n  of 100 tasks", "only 51",
                    "8, 22, 23, 36, 38, 42, 45, 49, 51, 56, 58, 65, 80, 83, 89"):  # fmt: skip
         assert quoted in section, quoted
+    short = readme.split("## Findings in short")[1].split("\n## ")[0]
+    assert "a median 6.2 % of its time outside library kernels in strict FP32 and 19.5 %" in short
 
 
 def test_a_missing_table_is_named(tmp_path, capsys):

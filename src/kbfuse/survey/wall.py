@@ -21,32 +21,17 @@ timing.
 
 from __future__ import annotations
 
-import csv
 import re
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kbfuse.errors import KbfuseError
+from kbfuse.results.jobtimes import benchmark_seconds, run_wall
 from kbfuse.results.records import parse_json, read_limited
 
 INSIDE_LINE = re.compile(r"^wrote .* in ([0-9.]+) s\s*$", re.M)
-ELAPSED = re.compile(r"^Elapsed time: (\d+):(\d\d):(\d\d(?:\.\d+)?)\s*$", re.M)
-STAMP = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]", re.M)
 RECORD_PHASES = ("load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile")
 PHASES = ("startup_s", *(f"{p}_s" for p in RECORD_PHASES), "alone_s")
-
-
-def benchmark_seconds(path: Path) -> float:
-    """The `s` column of one Snakemake benchmark file (the last row when repeated)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    try:
-        return float(rows[-1]["s"])
-    except (IndexError, KeyError, ValueError):
-        raise KbfuseError(
-            f"{path}: no wall seconds (column s) in a Snakemake benchmark file"
-        ) from None
 
 
 def inside_seconds(log: Path) -> float | None:
@@ -82,22 +67,6 @@ def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
     row["alone_s"] = row["timing_s"] + row["profile_s"] if phases is not None else None
     row["notes"] = "; ".join(notes)
     return row
-
-
-def run_wall(snakemake_log: Path) -> float:
-    """The run's wall seconds from a Snakemake run log: its `Elapsed time:` line, else (a run
-    that did not finish) the first to the last `[timestamp]` line."""
-    text = snakemake_log.read_text(errors="replace")
-    elapsed = ELAPSED.findall(text)
-    if elapsed:
-        hours, minutes, seconds = elapsed[-1]
-        return 3600 * int(hours) + 60 * int(minutes) + float(seconds)
-    stamps = [
-        datetime.strptime(" ".join(s.split()), "%a %b %d %H:%M:%S %Y") for s in STAMP.findall(text)
-    ]
-    if len(stamps) < 2:
-        raise KbfuseError(f"{snakemake_log}: neither 'Elapsed time:' nor two [timestamp] lines")
-    return (max(stamps) - min(stamps)).total_seconds()
 
 
 def survey_wall(results: str | Path, snakemake_log=None) -> dict[str, Any]:

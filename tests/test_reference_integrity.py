@@ -21,6 +21,7 @@ from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file, write_json
 from kbfuse.results.bundle import MANIFEST_MEMBER
 from kbfuse.results.manifest import verify_manifest
+from kbfuse.results.study import check_provenance, load_results
 from kbfuse.results.summary import build_tables
 
 REF = ROOT / "results/reference/h200"
@@ -144,9 +145,9 @@ CORRECTNESS = sorted(
 )
 
 
-@pytest.mark.parametrize("rel", CORRECTNESS)
-def test_summary_refuses_a_correctness_file_with_a_foreign_artifact(tmp_path, ref_copy, rel):
-    assert len(CORRECTNESS) == 33
+def test_summary_refuses_a_correctness_file_with_a_foreign_artifact(tmp_path, ref_copy):
+    """End to end, on one file: build_tables names the file, the field and both hashes."""
+    rel = CORRECTNESS[0]
     root = tmp_path / "results"
     shutil.copytree(ref_copy, root)
     data = read_json(root / rel)
@@ -155,11 +156,34 @@ def test_summary_refuses_a_correctness_file_with_a_foreign_artifact(tmp_path, re
     write_json(root / rel, data)
     variant, task = Path(rel).stem, int(Path(rel).parent.name)
     assert recorded == read_json(root / f"compile/{variant}/meta.json")["artifact_sha256"]
-    # The summary of the file's own task, every variant: provenance is checked file by file,
-    # and reading (schema-checking) the other tasks' records too doubled each case's time.
     with pytest.raises(KbfuseError, match="provenance.artifact_sha256") as info:
         build_tables(root, {**CONFIG, "tasks": [task]})
     message = str(info.value)
     assert str(root / rel) in message
-    assert "provenance.artifact_sha256" in message
+    assert "0" * 64 in message and recorded in message
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """The reference's results as the summary reads them (provenance checked once)."""
+    return load_results(REF, CONFIG)
+
+
+@pytest.mark.parametrize("rel", CORRECTNESS)
+def test_provenance_refuses_each_correctness_file_with_a_foreign_artifact(loaded, rel):
+    """Every one of the 33 correctness records is checked against its variant's artifact (the
+    check build_tables runs after reading, here on the records read once)."""
+    assert len(CORRECTNESS) == 33
+    variant, task = Path(rel).stem, int(Path(rel).parent.name)
+    provenance = loaded.correctness[(task, variant)]["provenance"]
+    recorded = provenance["artifact_sha256"]
+    assert recorded == loaded.compile_meta[variant]["artifact_sha256"]
+    provenance["artifact_sha256"] = "0" * 64
+    try:
+        with pytest.raises(KbfuseError, match="provenance.artifact_sha256") as info:
+            check_provenance(loaded)
+    finally:
+        provenance["artifact_sha256"] = recorded
+    message = str(info.value)
+    assert str(REF / rel) in message
     assert "0" * 64 in message and recorded in message

@@ -33,12 +33,19 @@ echo "$1 mem_mb=$2 runtime=$3 cpus_per_task=$4" >> "$KBFUSE_SUBMITTED"
 bash "$5" > "$5.out" 2>&1
 echo "local-$$"
 """
+COMPILED = ("nvrtc-cubin-noftz", "fast-nvrtc-cubin-noftz")
 LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin", "direction_witness"}
 
 
 @pytest.fixture(scope="module")
 def submitted(tmp_path_factory, kb_repo):
     workdir = copy_workflow(tmp_path_factory.mktemp("cluster") / "wf")
+    # Two variants of the default config (a naive and a fast kernel): every compile job is
+    # submitted alike, so more would only repeat the same submission.
+    study = workdir / "config" / "config.yaml"
+    config = yaml.safe_load(study.read_text())
+    config["variants"] = {v: config["variants"][v] for v in COMPILED}
+    study.write_text(yaml.safe_dump(config, sort_keys=False))
     overlay = write_test_config(workdir, *kb_repo, nvrtc_versions=[])
     submit = workdir.parent / "submit.sh"
     submit.write_text(SUBMIT)
@@ -84,6 +91,7 @@ def test_local_rules_are_not_submitted(submitted):
 def test_the_submitted_jobs_wrote_the_cpu_targets(submitted):
     workdir, lines, _ = submitted
     metas = sorted(workdir.glob("results/compile/*/meta.json"))
+    assert sorted(meta.parent.name for meta in metas) == sorted(COMPILED)
     assert len(metas) == len([line for line in lines if line.startswith("compile_variant ")])
     for meta in metas:
         record = read_json(meta)

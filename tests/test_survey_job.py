@@ -26,7 +26,9 @@ from kbfuse.survey.tasks import read_task_list, write_task_list
 from kbfuse.tasks.kernelbench import pin_kernelbench, pin_task
 
 TASKS = [1, 7, 9, 23, 53, 66]
-INDUCTOR_TASKS = {1, 7, 23, 53}
+# Inductor (a C++ compile per task on the CPU, 4 s with a cold cache) on the GEMM tail and on
+# the task TorchScript cannot trace; the others are compiled by TorchScript only.
+INDUCTOR_TASKS = {7, 53}
 ROUNDS = 4
 SETTINGS = {
     "device": "cpu",
@@ -44,7 +46,6 @@ def surveyed(tmp_path_factory):
     checkout, record = root / "checkout", root / "checkout.json"
     pin_kernelbench(url, commit, 2, [53], checkout, record)
     settings = survey_settings({"survey": SETTINGS})
-    # Inductor (a C++ compile per task on the CPU) where a test looks at it
     no_inductor = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
     write_task_list(checkout, record, TASKS, root / "list.json")
     out = {}
@@ -174,14 +175,12 @@ def test_ok_baselines_have_wall_samples_kernels_and_ratios(surveyed):
 
 
 def test_inductor_and_torchscript_pass_the_official_check_on_deterministic_tasks(surveyed):
-    for task in (1, 23, 53):
-        for name in ("torchscript", "inductor"):
-            check = surveyed[0][task]["baselines"][name]["correctness"]
-            assert check["official_pass"] is True, (task, name)
-            assert check["direction"] == {
-                "reference_scaled_pass": True,
-                "candidate_scaled_pass": True,
-            }
+    compiled = [(1, "torchscript"), (23, "torchscript"), (53, "torchscript"), (53, "inductor"),
+                (7, "inductor")]  # fmt: skip
+    for task, name in compiled:
+        check = surveyed[0][task]["baselines"][name]["correctness"]
+        assert check["official_pass"] is True, (task, name)
+        assert check["direction"] == {"reference_scaled_pass": True, "candidate_scaled_pass": True}
 
 
 def test_a_record_that_breaks_the_schema_is_not_written(surveyed, tmp_path):

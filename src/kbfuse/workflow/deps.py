@@ -10,6 +10,7 @@ of its subpackage, which Python runs when it imports the module.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -28,10 +29,21 @@ def _source(name: str, src: Path) -> tuple[str, Path] | None:
     return None
 
 
+def _statements(body: list) -> Iterator[ast.stmt]:
+    """Every statement of `body` and of the statements nested in it (imports are statements,
+    so the expressions, most of a module's nodes, need not be visited)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            nested = getattr(node, field, None)
+            if isinstance(nested, list):
+                yield from _statements(nested)
+
+
 def _imported_modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

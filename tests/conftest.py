@@ -23,6 +23,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# The suite starts hundreds of Python processes (Snakemake, its jobs, the checks' children)
+# that import kbfuse. Where PYTHONDONTWRITEBYTECODE is set (some CI images set it), each of
+# them compiled every module it imported again: about 20 of the suite's 230 s on two cores.
+# The tests write bytecode caches (__pycache__, ignored by git) and their children read them;
+# candidate processes still write none (kbfuse.candidates.sandbox).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 from kbrepo import make_kernelbench_repo  # noqa: E402
 
 # Rules whose jobs run on the GPU (compile_variant too, for CuPy's route or arch: auto): those

@@ -179,7 +179,9 @@ def kb_repo(tmp_path_factory) -> tuple[str, str]:
     return make_kernelbench_repo(tmp_path_factory.mktemp("kernelbench"))
 
 
-def copy_workflow(dest: Path) -> Path:
+def copy_workflow(dest: Path, variants: list[str] | None = None) -> Path:
+    """A copy of the workflow in `dest`; with `variants`, its config/config.yaml keeps only
+    those (a config overlay can add variants to the mapping but not remove any)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in WORKFLOW_FILES:
         src = ROOT / name
@@ -189,6 +191,11 @@ def copy_workflow(dest: Path) -> Path:
             )
         else:
             shutil.copy2(src, dest / name)
+    if variants is not None:
+        study = dest / "config" / "config.yaml"
+        config = yaml.safe_load(study.read_text())
+        config["variants"] = {v: config["variants"][v] for v in variants}
+        study.write_text(yaml.safe_dump(config, sort_keys=False))
     return dest
 
 

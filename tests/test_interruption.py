@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-import yaml
 from conftest import ROOT, copy_workflow, write_test_config
 from interrupt import kill_at, snakemake_run
 
@@ -21,17 +20,6 @@ from kbfuse.io import read_json, sha256_file
 # and test_toolchains.py compile them all).
 VARIANTS = ["nvrtc-cubin-ftz", "nvrtc-ptx-ftz"]
 STUDY = {"tasks": [53, 81], "nvrtc_versions": []}
-
-
-def _workflow(dest):
-    """A copy of the workflow whose config has only VARIANTS (an overlay can add variants to
-    the config's mapping but not remove them)."""
-    workdir = copy_workflow(dest)
-    study = workdir / "config" / "config.yaml"
-    config = yaml.safe_load(study.read_text())
-    config["variants"] = {v: config["variants"][v] for v in VARIANTS}
-    study.write_text(yaml.safe_dump(config, sort_keys=False))
-    return workdir
 
 
 def _stable(workdir):
@@ -48,7 +36,7 @@ def _stable(workdir):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, kb_repo):
-    workdir = _workflow(tmp_path_factory.mktemp("uninterrupted"))
+    workdir = copy_workflow(tmp_path_factory.mktemp("uninterrupted"), VARIANTS)
     overlay = write_test_config(workdir, *kb_repo, **STUDY)
     snakemake_run(workdir, "cpu", "--configfile", str(overlay))
     assert sorted(p.name for p in (workdir / "results/compile").iterdir()) == sorted(VARIANTS)
@@ -65,7 +53,7 @@ POINTS = {
 
 @pytest.mark.parametrize("point", POINTS.values(), ids=POINTS.keys())
 def test_killed_cpu_run_reruns_to_the_same_results(tmp_path, kb_repo, reference, point):
-    workdir = _workflow(tmp_path / "wf")
+    workdir = copy_workflow(tmp_path / "wf", VARIANTS)
     overlay = write_test_config(workdir, *kb_repo, **STUDY)
     kill_at(workdir, point, tmp_path / "marker", "cpu", "--configfile", str(overlay))
     leftovers = list((workdir / "results").rglob(".*.tmp"))

@@ -39,13 +39,9 @@ LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin", "directi
 
 @pytest.fixture(scope="module")
 def submitted(tmp_path_factory, kb_repo):
-    workdir = copy_workflow(tmp_path_factory.mktemp("cluster") / "wf")
     # Two variants of the default config (a naive and a fast kernel): every compile job is
     # submitted alike, so more would only repeat the same submission.
-    study = workdir / "config" / "config.yaml"
-    config = yaml.safe_load(study.read_text())
-    config["variants"] = {v: config["variants"][v] for v in COMPILED}
-    study.write_text(yaml.safe_dump(config, sort_keys=False))
+    workdir = copy_workflow(tmp_path_factory.mktemp("cluster") / "wf", list(COMPILED))
     overlay = write_test_config(workdir, *kb_repo, nvrtc_versions=[])
     submit = workdir.parent / "submit.sh"
     submit.write_text(SUBMIT)

@@ -70,10 +70,10 @@ def study_wall(results: str | Path, snakemake_log: str | Path | None = None) -> 
         jobs.append({"stage": stage, "job": "/".join(rest), "s": benchmark_seconds(tsv)})
     stages: dict[str, dict[str, Any]] = {}
     for job in jobs:
-        entry = stages.setdefault(job["stage"], {"jobs": 0, "s": 0.0, "alone": False})
+        alone = job["stage"] in ALONE_STAGES
+        entry = stages.setdefault(job["stage"], {"jobs": 0, "s": 0.0, "alone": alone})
         entry["jobs"] += 1
         entry["s"] += job["s"]
-        entry["alone"] = job["stage"] in ALONE_STAGES
     total = sum(job["s"] for job in jobs)
     report: dict[str, Any] = {
         "kind": "study_wall",

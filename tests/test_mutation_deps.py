@@ -3,6 +3,7 @@ others."""
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
@@ -62,6 +63,62 @@ def test_imported_modules_of_one_file(src):
         "gamma.missing_name",
         "not_a_module",
     }
+
+
+SCANNED = {
+    # a parenthesised list over lines, a backslash continuation, an import in a function
+    "lists": (
+        "from kbfuse.alpha import (\n    a,\n    b,\n)\nimport os, \\\n    kbfuse.beta\n"
+        "def f():\n    import kbfuse.gamma as g\n"
+    ),
+    # a docstring line that reads as the start of an import but does not parse on its own:
+    # the whole module is parsed instead, so its real imports are all found
+    "prose": '"""Helpers.\n\nfrom the parent, in order\n"""\nfrom kbfuse import delta\n',
+    # a comment's ")" ends the match early: the whole module is parsed
+    "comment": "from kbfuse.epsilon import (\n    value,  # see (b)\n    other,\n)\n",
+    # a string line that does parse as an import adds a module: more reruns, never fewer
+    "program": 'CHILD = """\nfrom kbfuse.zeta import run\n"""\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("lists", {"alpha", "alpha.a", "alpha.b", "beta", "gamma"}),
+        ("prose", {"delta"}),
+        ("comment", {"epsilon", "epsilon.value", "epsilon.other"}),
+        ("program", {"zeta", "zeta.run"}),
+    ],
+)
+def test_import_lines_are_found_in_every_layout(tmp_path, name, expected):
+    path = tmp_path / f"{name}.py"
+    path.write_text(SCANNED[name])
+    assert deps._imported_modules(path) == expected
+
+
+def _parsed_imports(path: Path) -> set[str]:
+    """The imports a parse of the whole module finds (what the line scan must match)."""
+    return {
+        ast.dump(node)
+        for node in deps._statements(ast.parse(path.read_text()).body)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+    }
+
+
+def test_the_line_scan_finds_what_a_whole_parse_finds_in_every_kbfuse_module():
+    extra = {}
+    for path in sorted(deps.SRC.rglob("*.py")):
+        scanned = {
+            ast.dump(node)
+            for node in deps._import_nodes(path.read_text(), str(path))
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        }
+        parsed = _parsed_imports(path)
+        assert parsed <= scanned, path
+        if scanned - parsed:
+            extra[path.relative_to(deps.SRC).as_posix()] = len(scanned - parsed)
+    # the only extra lines are the imports of the child programs the startup benchmark runs
+    assert extra == {"workflow/startup.py": 5}
 
 
 def test_an_unknown_module_is_refused(src):

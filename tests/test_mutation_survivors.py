@@ -222,12 +222,19 @@ def test_isolate_says_why_it_is_too_late(clean_env, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- deps
 
 
-def test_a_syntax_error_names_the_module_file(tmp_path):
+def test_a_syntax_error_on_an_import_line_names_the_module_file(tmp_path):
     bad = tmp_path / "broken.py"
-    bad.write_text("def (:\n")
-    with pytest.raises(SyntaxError, match="invalid syntax") as info:
+    bad.write_text("from kbfuse import (a,\n")
+    with pytest.raises(SyntaxError, match="never closed|invalid syntax") as info:
         deps.module_closure("broken", tmp_path)
     assert info.value.filename == str(bad)
+
+
+def test_a_syntax_error_elsewhere_is_left_to_the_import(tmp_path):
+    # only the import lines are parsed: the job that imports the module reports the error
+    (tmp_path / "odd.py").write_text("from kbfuse import leaf\ndef (:\n")
+    (tmp_path / "leaf.py").write_text("x = 1\n")
+    assert deps.module_closure("odd", tmp_path) == ("leaf", "odd")
 
 
 # --------------------------------------------------------------------------- verify, routes

@@ -238,3 +238,93 @@ def test_the_committed_reference_follows_every_schema():
     # the study's run, and the survey's (survey/, with a manifest of its own)
     assert set(seen) == set(records.SCHEMA_KINDS)
     assert seen["correctness"] == 33 and seen["manifest"] == 2 and seen["survey_task"] == 200
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _leaves(value, (*path, index))
+    else:
+        yield path
+
+
+def _shrunk(node):
+    """`node` with every list cut to its first three items (the errors still compare, at a
+    fraction of the time: a margin audit holds thousands of rows)."""
+    if isinstance(node, dict):
+        return {key: _shrunk(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_shrunk(value) for value in node[:3]]
+    return node
+
+
+def _edited(record, path, value):
+    copy = json.loads(json.dumps(record))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return copy
+
+
+def _errors(validator, record):
+    return sorted(
+        (list(map(str, e.absolute_path)), e.validator, e.message)
+        for e in validator.iter_errors(record)
+    )
+
+
+def test_inlined_references_give_the_errors_the_references_give():
+    """records._validator inlines every $ref; the schemas as written, with their references
+    looked up in the registry, must refuse the same edits of real records with the same
+    errors."""
+    first = {}
+    for path, kind in _reference_records():
+        first.setdefault(kind, _shrunk(read_json(path)))
+    compared = 0
+    for kind, record in sorted(first.items()):
+        written = json.loads(records.schema_text(f"{kind}.schema.json"))
+        looked_up = jsonschema.Draft202012Validator(written, registry=records._registry())
+        inlined = records._validator(kind)
+        assert "$ref" not in json.dumps(inlined.schema)
+        leaves = list(_leaves(record))
+        for index, path in enumerate(leaves[:: max(1, len(leaves) // 12)]):
+            value = ["x", -1, None, 1.5, KeyError, [], True][index % 7]
+            if not path or (value is KeyError and isinstance(path[-1], int)):
+                continue
+            edited = _edited(record, path, value)
+            assert _errors(inlined, edited) == _errors(looked_up, edited), (kind, path, value)
+            compared += bool(_errors(looked_up, edited))
+    assert compared >= 80  # most edits are refused, each with the same errors
+
+
+def test_a_reference_back_into_the_schema_being_inlined_stays_a_reference():
+    from referencing import Registry, Resource
+
+    tree = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "tree.json",
+        "type": "object",
+        "properties": {"children": {"type": "array", "items": {"$ref": "#"}}},
+        "$defs": {
+            "leaf": {"$ref": "#/$defs/count", "description": "a count"},
+            "count": {"type": "integer", "minimum": 0},
+        },
+    }
+    registry = Registry().with_resource("tree.json", Resource.from_contents(tree))
+    inlined = records.inline_refs(tree, registry, "tree.json")
+    assert inlined["properties"]["children"]["items"] == {"$ref": "tree.json"}
+    # siblings of a $ref are kept beside an allOf of its target
+    assert inlined["$defs"]["leaf"] == {
+        "description": "a count",
+        "allOf": [{"type": "integer", "minimum": 0}],
+    }
+    validator = jsonschema.Draft202012Validator(inlined, registry=registry)
+    assert validator.is_valid({"children": [{"children": []}]})
+    assert not validator.is_valid({"children": [{"children": [1]}]})

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import snakefork
 
+HERE = Path(__file__).resolve().parent
+
 
 @pytest.fixture(autouse=True)
 def _server_allowed(monkeypatch):
@@ -80,6 +82,32 @@ def test_a_forked_run_is_what_a_fresh_snakemake_process_is(tmp_path):
     assert seen["kbfuse"] == str(workdir / "lib/kbfuse/__init__.py")
     assert seen["variable"] == "seen"
     assert seen["argv"][0].endswith("snakemake/__main__.py") and seen["argv"][1:] == ARGS
+
+
+WARMTH = """
+import gc, importlib
+registries = [getattr(importlib.import_module(module), name)._instance
+              for module, name in snakefork.PLUGIN_REGISTRIES]
+print("WARMTH", gc.get_freeze_count(), sum(hasattr(r, "plugins") for r in registries))
+"""
+
+
+def test_a_forked_run_starts_with_the_plugins_found_and_the_imports_frozen(tmp_path):
+    """What makes a fork cheaper than its imports alone: Snakemake's plugin registries had
+    searched the path in the server, and the server's objects are out of the garbage
+    collector's way."""
+    workdir, env = _workflow(tmp_path, f"import sys\nsys.path.insert(0, {str(HERE)!r})\n"
+                             "import snakefork\n" + WARMTH)  # fmt: skip
+    forked = snakefork.run(ARGS, cwd=workdir, env=env, timeout=120)
+    frozen, collected = map(int, _line(forked, "WARMTH ").split())
+    assert frozen > 100_000 and collected == len(snakefork.PLUGIN_REGISTRIES)
+    frozen, collected = map(int, _line(_plain(ARGS, workdir, env), "WARMTH ").split())
+    # a plain run has found them too by then (its arguments name plugins), each time anew
+    assert frozen == 0 and collected == len(snakefork.PLUGIN_REGISTRIES)
+
+
+def _line(proc: subprocess.CompletedProcess, prefix: str) -> str:
+    return next(line for line in proc.stdout.splitlines() if line.startswith(prefix))[len(prefix) :]
 
 
 def test_a_closed_server_has_ended_and_been_waited_for():

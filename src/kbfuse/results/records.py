@@ -34,6 +34,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urldefrag, urljoin
 
 from kbfuse.errors import KbfuseError
 from kbfuse.layout import RECORDS
@@ -60,6 +61,34 @@ def _registry():
     )
 
 
+def inline_refs(schema: Any, registry, base: str) -> Any:
+    """`schema` (found at URI `base`) with every `$ref` replaced by what it points to in
+    `registry`: a `$ref` with sibling keywords becomes those siblings and an `allOf` of the
+    target; a `$ref` back into a schema being inlined stays, made absolute. Validation then
+    never looks a reference up, where half of validating a survey record went. The errors are
+    the same: jsonschema reports a failure under `$ref` or `allOf` as the target's own."""
+    return _inlined(schema, registry, base, (base,))
+
+
+def _inlined(schema: Any, registry, base: str, seen: tuple[str, ...]) -> Any:
+    if isinstance(schema, list):
+        return [_inlined(item, registry, base, seen) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if isinstance(schema.get("$id"), str):
+        base = urljoin(base, schema["$id"])
+    out = {key: _inlined(value, registry, base, seen) for key, value in schema.items()}
+    ref = out.pop("$ref", None)
+    if ref is None:
+        return out
+    uri = urljoin(base, ref)
+    if uri in seen:
+        return {**out, "$ref": uri}
+    target = registry.resolver(base_uri=base).lookup(ref).contents
+    target = _inlined(target, registry, urldefrag(uri).url, (*seen, uri))
+    return {**out, "allOf": [*out.get("allOf", []), target]} if out else target
+
+
 @cache
 def _validator(kind: str):
     import jsonschema
@@ -67,7 +96,8 @@ def _validator(kind: str):
     if kind not in SCHEMA_KINDS:
         raise KbfuseError(f"no record schema for kind {kind!r}; known: {list(SCHEMA_KINDS)}")
     schema = json.loads(schema_text(f"{kind}.schema.json"))
-    return jsonschema.Draft202012Validator(schema, registry=_registry())
+    inlined = inline_refs(schema, _registry(), schema["$id"])
+    return jsonschema.Draft202012Validator(inlined, registry=_registry())
 
 
 def _dotted(path: Iterable[Any]) -> str:

@@ -163,6 +163,8 @@ def test_script_writes_json_and_markdown(pinned, tmp_path):
     assert proc.stdout == out_md.read_text()
     data = read_json(out_json)
     assert data["task"] == 95 and data["repeats"] == 1
+    # no selected phase needs the GPU: torch is not asked for one (a process of its own)
+    assert data["gpu"] is None and "GPU: not asked, no GPU phase selected" in proc.stdout
     assert [r["phase"] for r in data["phases"]] == ["interpreter", "build_model_cpu"]
     assert all(r["measured"] and r["median_s"] > 0 for r in data["phases"])
     proc = subprocess.run(

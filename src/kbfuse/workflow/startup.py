@@ -262,7 +262,8 @@ def measure(
     """Time the selected phases (default: all) `repeats` times each, in fresh processes.
 
     `pin`: results/kernelbench/pin.json or a task pin results/kernelbench/tasks/{task}.json
-    (both are pin records; `task` must be in it). `gpu`: None asks torch in a child.
+    (both are pin records; `task` must be in it). `gpu`: None asks torch in a child when a
+    selected phase needs the GPU (the report's `gpu` stays None when none does).
     Repeats are interleaved (every child once per round), so drift spreads over all phases.
     """
     say = progress or (lambda _msg: None)
@@ -281,7 +282,7 @@ def measure(
     if not checkout.is_dir():
         raise KbfuseError(f"KernelBench checkout {checkout} is not a directory")
     env = child_env()
-    if gpu is None:
+    if gpu is None and any(p.gpu for p in PHASES if p.name in selected):
         gpu = gpu_available(env)
     notes: dict[str, str] = {}
     if not gpu:
@@ -348,7 +349,7 @@ def measure(
         "schema_version": SCHEMA_VERSION,
         "task": int(task),
         "repeats": repeats,
-        "gpu": bool(gpu),
+        "gpu": gpu if gpu is None else bool(gpu),
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "checkout": given,
@@ -367,11 +368,15 @@ def measure(
     return report
 
 
+def _gpu_words(gpu: bool | None) -> str:
+    return "not asked, no GPU phase selected" if gpu is None else ("yes" if gpu else "no")
+
+
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The phases as a Markdown table, then the per-job sum and the Inductor cache effect."""
     lines = [
         f"GPU job start-up, task {report['task']}: medians of {report['repeats']} fresh "
-        f"processes per phase (Python {report['python']}, GPU: {'yes' if report['gpu'] else 'no'})",
+        f"processes per phase (Python {report['python']}, GPU: {_gpu_words(report['gpu'])})",
         "",
         "| phase | what is timed | median (s) | min (s) | max (s) | note |",
         "|:---|:---|---:|---:|---:|:---|",

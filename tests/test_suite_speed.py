@@ -1,6 +1,6 @@
 """What keeps the CPU suite within its time (docs/newcomer.md, "CPU test suite"): every
 Snakemake start computes the rules' module closures (kbfuse.workflow.deps), and each source
-file is parsed once per version, however many closures share it; `-n auto` starts half as
+file's imports are read once per version, however many closures share it; `-n auto` starts half as
 many workers again as there are cores (tests/conftest.py), each running whole files, longest
 first."""
 

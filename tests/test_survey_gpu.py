@@ -122,3 +122,100 @@ def test_dropout_is_nondeterministic_on_the_gpu_too(surveyed):
     rec = surveyed[(66, "strict")]
     assert rec["determinism"]["verdict"] == "nondeterministic"
     assert rec["determinism"]["same_seed_equal"] is True
+
+
+# Another job beside the survey's: holds the device's GPU lock shared and every byte of device
+# memory it can get until told to go, then frees it before it lets go of the lock.
+HOLDER = r"""
+import sys, time
+from pathlib import Path
+import torch
+from kbfuse.workflow import gpulock
+
+ready, go = Path(sys.argv[1]), Path(sys.argv[2])
+with gpulock.for_device("cuda").shared():
+    blocks, size = [], 1 << 30
+    while size >= 1 << 21:
+        try:
+            blocks.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            size //= 2
+    ready.write_text(f"{sum(b.numel() for b in blocks)} {torch.cuda.mem_get_info()[0]}")
+    deadline = time.monotonic() + 300
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    del blocks
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+"""
+
+# The survey's job, in a process of its own (nothing of earlier tests cached in its allocator):
+# its CUDA context made before the memory runs out, then the job once the holder is ready;
+# when the job says it will wait to be alone, the holder is told to go.
+JOB = r"""
+import json, sys, time
+from pathlib import Path
+import torch
+from kbfuse.survey.job import run_survey_task
+from kbfuse.survey.settings import survey_settings
+
+checkout, pin, out, context, ready, go = map(Path, sys.argv[1:7])
+torch.zeros(1, device="cuda")
+torch.cuda.empty_cache()
+context.touch()
+while not ready.exists():
+    time.sleep(0.05)
+
+def say(line):
+    print(line, flush=True)
+    if line.startswith("out of memory beside other jobs"):
+        go.touch()
+
+settings = survey_settings({"survey": json.loads(sys.argv[7])})
+run_survey_task(checkout, pin, settings, {"strict": out}, say)
+"""
+
+
+def test_a_task_out_of_memory_beside_another_job_runs_again_alone(tmp_path):
+    """A real out-of-memory error: another process holds the lock shared and the device's
+    memory, so the task's model cannot even be loaded; the job waits to be alone (the other
+    process frees its memory and lets go once the job has said why it waits) and runs the
+    whole task again."""
+    import json
+    import sys
+    import time
+
+    url, commit = make_survey_repo(tmp_path / "kb")
+    checkout, record, pin = tmp_path / "checkout", tmp_path / "checkout.json", tmp_path / "53.pin"
+    pin_kernelbench(url, commit, 2, [53], checkout, record)
+    pin_task(checkout, record, 53, pin)
+    out = tmp_path / "53-strict.json"
+    context, ready, go = tmp_path / "context", tmp_path / "ready", tmp_path / "go"
+    settings = json.dumps({**SETTINGS, "baselines": ["eager"]})
+    args = [str(p) for p in (checkout, pin, out, context, ready, go)] + [settings]
+    job = subprocess.Popen([sys.executable, "-c", JOB, *args], stdout=subprocess.PIPE, text=True)
+    holder = None
+    try:
+        deadline = time.monotonic() + 120
+        while not context.exists():
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(ready), str(go)])
+        said, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, said
+        assert holder.wait(timeout=60) == 0
+    finally:
+        go.touch()
+        ready.touch()
+        for process in (job, holder):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    held, left = map(int, (tmp_path / "ready").read_text().split())
+    assert held > 100 * 2**30 and left < 256 * 2**20  # over 100 GiB held, little left
+    assert "out of memory beside other jobs: the whole task again, alone" in said
+    rec = records.read_record(out, "survey_task")
+    assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": True}
+    eager = rec["baselines"]["eager"]
+    assert eager["status"] == "ok" and len(eager["timing"]["events"]["samples_ms"]) == ROUNDS
+    assert rec["phases_s"]["wait_alone"] > 0  # it waited for the other job to let go

@@ -19,6 +19,7 @@ from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json
 from kbfuse.results import records
 from kbfuse.survey import baselines as survey_baselines
+from kbfuse.survey import tasks as survey_tasks
 from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.job import run_survey_task, share_compile_caches
 from kbfuse.survey.settings import survey_settings
@@ -350,3 +351,54 @@ def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, m
         "stage": "build", "error": "OutOfMemoryError", "message": "CUDA out of memory"
     }  # fmt: skip
     assert rec["baselines"]["eager"]["timing"]["wall"]["samples_ms"]
+
+
+def run_with_loads_failing(root, tmp_path, monkeypatch, fails) -> tuple[SpyLock, list]:
+    """Task 53 with its model and inputs' load raising OutOfMemoryError on the calls `fails`
+    says; (lock, load calls). Its record, if written, is at tmp_path / "53.json"."""
+    real_instantiate, calls = survey_tasks.instantiate, []
+
+    def instantiate(*args):
+        calls.append(len(calls) + 1)
+        if fails(len(calls)):
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+        return real_instantiate(*args)
+
+    monkeypatch.setattr(survey_tasks, "instantiate", instantiate)
+    lock = SpyLock()
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
+    run_survey_task(root / "checkout", root / "pin53.json", settings,
+                    {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
+    return lock, calls
+
+
+def test_a_model_that_does_not_fit_beside_other_jobs_is_loaded_again_alone(
+    surveyed, tmp_path, monkeypatch
+):
+    lock, calls = run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lambda n: n == 1)
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert calls == [1, 2]
+    rec = records.read_record(tmp_path / "53.json", "survey_task")
+    assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": True}
+    assert rec["baselines"]["eager"]["status"] == "ok"
+
+
+def test_a_model_that_does_not_fit_alone_fails_the_job_and_writes_nothing(
+    surveyed, tmp_path, monkeypatch
+):
+    with pytest.raises(OutOfMemoryError, match="Tried to allocate"):
+        run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lambda n: True)
+    assert not (tmp_path / "53.json").exists()
+
+
+def test_another_error_loading_the_model_is_not_retried(surveyed, tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(survey_tasks, "instantiate", broken)
+    lock = SpyLock()
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        run_survey_task(surveyed[1] / "checkout", surveyed[1] / "pin53.json", settings,
+                        {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
+    assert lock.events == ["shared in", "shared out"]

@@ -16,9 +16,10 @@ atomically), so a record on disk always follows the contract. Progress lines go 
 One job for all modes, rather than one per mode, pays the process start-up and the builds
 (Inductor's compile above all) once per task; the GPU lock lets those overlap other jobs'
 while keeping every timing alone on the device. A task that runs out of memory beside other
-jobs (their models and caches hold device memory too) is done again from the start, alone on
-the device, and its records say so (`job.rerun_alone`); only then is an out-of-memory failure
-recorded as the task's.
+jobs (their models and caches hold device memory too), whether loading its model and inputs
+or in a baseline, is done again from the start, alone on the device, and its records say so
+(`job.rerun_alone`); only then is an out-of-memory failure the task's own (recorded for a
+baseline; for the model or its inputs, the job fails).
 """
 
 from __future__ import annotations
@@ -275,8 +276,13 @@ def survey_task(
     with lock.shared():
         phase.seconds["wait_shared"] = lock.waited_s
         with phase("reference_and_builds"):
-            _references_and_builds(t, per_mode, job)
-    rerun = _out_of_memory(per_mode)
+            try:
+                _references_and_builds(t, per_mode, job)
+                rerun = _out_of_memory(per_mode)
+            except Exception as exc:
+                if not _is_out_of_memory(exc):
+                    raise
+                rerun = True  # the model or its inputs did not fit on the device
     if rerun:
         # Beside other jobs, memory they hold can make a large task fail: once more, alone.
         say("out of memory beside other jobs: the whole task again, alone on the device")
@@ -296,10 +302,17 @@ def survey_task(
     return {m.name: m.record for m in per_mode}
 
 
+OUT_OF_MEMORY = "OutOfMemoryError"  # torch.OutOfMemoryError's name, as records name errors
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    return type(exc).__name__ == OUT_OF_MEMORY
+
+
 def _out_of_memory(per_mode: list[_Mode]) -> bool:
     """Did any baseline of any mode fail for want of memory (torch's OutOfMemoryError)?"""
     return any(
-        (entry.get("failure") or {}).get("error") == "OutOfMemoryError"
+        (entry.get("failure") or {}).get("error") == OUT_OF_MEMORY
         for m in per_mode
         for entry in (m.record.get("baselines") or {}).values()
     )

@@ -141,12 +141,16 @@ with gpulock.for_device("cuda").shared():
         except torch.OutOfMemoryError:
             size //= 2
     ready.write_text(f"{sum(b.numel() for b in blocks)} {torch.cuda.mem_get_info()[0]}")
+    print("holder: holding", ready.read_text(), flush=True)
     deadline = time.monotonic() + 300
     while not go.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+    print("holder: told to go" if go.exists() else "holder: gave up waiting", flush=True)
     del blocks
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
+    print("holder: memory freed", torch.cuda.mem_get_info(), flush=True)
+print("holder: lock released", flush=True)
 """
 
 # The survey's job, in a process of its own (nothing of earlier tests cached in its allocator):
@@ -202,6 +206,7 @@ def test_a_task_out_of_memory_beside_another_job_runs_again_alone(tmp_path):
             time.sleep(0.05)
         holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(ready), str(go)])
         said, _ = job.communicate(timeout=300)
+        print(said)
         assert job.returncode == 0, said
         assert holder.wait(timeout=60) == 0
     finally:

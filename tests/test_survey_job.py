@@ -19,6 +19,7 @@ from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json
 from kbfuse.results import records
 from kbfuse.survey import baselines as survey_baselines
+from kbfuse.survey import job as survey_job
 from kbfuse.survey import tasks as survey_tasks
 from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.job import run_survey_task, share_compile_caches
@@ -313,15 +314,22 @@ class OutOfMemoryError(RuntimeError):
     """torch.OutOfMemoryError's stand-in: its name is what the job looks at."""
 
 
-def run_out_of_memory(root, tmp_path, monkeypatch, fails) -> tuple[dict, SpyLock, list]:
-    """Task 53 with eager and TorchScript, TorchScript's build raising OutOfMemoryError on
-    the calls `fails` says (a function of the call count); (record, lock, builds)."""
+# What running out of device memory raised: torch's allocator, and cuBLAS creating its handle
+# (eager's first GEMM on the H200 with another process holding the memory).
+CUBLAS_ALLOC = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+
+
+def run_out_of_memory(root, tmp_path, monkeypatch, fails, error=None) -> tuple[dict, SpyLock, list]:
+    """Task 53 with eager and TorchScript, TorchScript's build raising `error` (by default
+    OutOfMemoryError) on the calls `fails` says (a function of the call count); (record, lock,
+    builds)."""
     real_build, calls = survey_baselines.build, []
+    error = error or OutOfMemoryError("CUDA out of memory")
 
     def build(name, *args):
         calls.append(name)
         if name == "torchscript" and fails(calls.count("torchscript")):
-            raise OutOfMemoryError("CUDA out of memory")
+            raise error
         return real_build(name, *args)
 
     monkeypatch.setattr(survey_baselines, "build", build)
@@ -341,6 +349,31 @@ def test_out_of_memory_beside_other_jobs_runs_the_task_again_alone(surveyed, tmp
     assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": True}
     assert rec["baselines"]["torchscript"]["status"] == "ok"
     assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
+
+
+def test_a_library_out_of_device_memory_runs_the_task_again_alone(surveyed, tmp_path, monkeypatch):
+    rec, lock, calls = run_out_of_memory(
+        surveyed[1], tmp_path, monkeypatch, lambda n: n == 1, RuntimeError(CUBLAS_ALLOC)
+    )
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert rec["job"]["rerun_alone"] is True
+    assert rec["baselines"]["torchscript"]["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("error", "message", "expected"),
+    [
+        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 MiB", True),
+        ("RuntimeError", CUBLAS_ALLOC, True),
+        ("RuntimeError", "cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+        ("AcceleratorError", "CUDA error: out of memory", True),
+        ("RuntimeError", "CUDA error: an illegal memory access was encountered", False),
+        ("RuntimeError", "CUBLAS_STATUS_EXECUTION_FAILED", False),
+        ("MemoryError", "", False),  # host memory: not the device's, alone changes nothing
+    ],
+)
+def test_what_counts_as_the_device_out_of_memory(error, message, expected):
+    assert survey_job.out_of_memory(error, message) is expected
 
 
 def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, monkeypatch):
@@ -389,6 +422,26 @@ def test_a_model_that_does_not_fit_alone_fails_the_job_and_writes_nothing(
     with pytest.raises(OutOfMemoryError, match="Tried to allocate"):
         run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lambda n: True)
     assert not (tmp_path / "53.json").exists()
+
+
+def test_a_library_out_of_memory_loading_the_model_is_retried_alone(
+    surveyed, tmp_path, monkeypatch
+):
+    real_instantiate, calls = survey_tasks.instantiate, []
+
+    def instantiate(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise RuntimeError(CUBLAS_ALLOC)
+        return real_instantiate(*args)
+
+    monkeypatch.setattr(survey_tasks, "instantiate", instantiate)
+    lock = SpyLock()
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
+    run_survey_task(surveyed[1] / "checkout", surveyed[1] / "pin53.json", settings,
+                    {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert records.read_record(tmp_path / "53.json", "survey_task")["job"]["rerun_alone"]
 
 
 def test_another_error_loading_the_model_is_not_retried(surveyed, tmp_path, monkeypatch):

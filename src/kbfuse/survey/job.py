@@ -302,19 +302,38 @@ def survey_task(
     return {m.name: m.record for m in per_mode}
 
 
-OUT_OF_MEMORY = "OutOfMemoryError"  # torch.OutOfMemoryError's name, as records name errors
+# How running out of device memory shows: torch's allocator raises OutOfMemoryError; a library
+# that allocates for itself raises a RuntimeError that names its failed allocation (seen on the
+# H200 with another job holding the memory: eager's first GEMM failed in `cublasCreate`).
+OUT_OF_MEMORY_ERROR = "OutOfMemoryError"
+OUT_OF_MEMORY_MESSAGES = (
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUBLASLT_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUSOLVER_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+    "CUDA error: out of memory",
+)
+
+
+def out_of_memory(error: str, message: str) -> bool:
+    """Is a failure (its error's type name and message, as records hold them) the device
+    running out of memory?"""
+    return error == OUT_OF_MEMORY_ERROR or any(m in message for m in OUT_OF_MEMORY_MESSAGES)
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
-    return type(exc).__name__ == OUT_OF_MEMORY
+    failure = baselines.failure("load", exc)
+    return out_of_memory(failure["error"], failure["message"])
 
 
 def _out_of_memory(per_mode: list[_Mode]) -> bool:
-    """Did any baseline of any mode fail for want of memory (torch's OutOfMemoryError)?"""
+    """Did any baseline of any mode fail for want of device memory?"""
     return any(
-        (entry.get("failure") or {}).get("error") == OUT_OF_MEMORY
+        out_of_memory(entry["failure"]["error"], entry["failure"]["message"])
         for m in per_mode
         for entry in (m.record.get("baselines") or {}).values()
+        if entry.get("failure")
     )
 
 

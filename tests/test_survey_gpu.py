@@ -4,7 +4,8 @@ The fixture's tasks (tests/survey_kbrepo.py) are surveyed on "cuda": the three t
 (CUDA events, CUDA-graph replay, cold L2), the kernel profile, a forward that cannot be
 captured in a CUDA graph (task 9 reads a value back with `.item()`) keeping its event timing,
 both numerics modes' TF32 flags from one job, the GPU lock named after the device's UUID, and
-the calls per sample sized from the fastest baseline.
+the calls per sample sized from the fastest baseline; and a real out-of-memory error beside
+another process that holds the device's memory, after which the task runs again alone.
 """
 
 from __future__ import annotations

@@ -386,29 +386,31 @@ def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, m
     assert rec["baselines"]["eager"]["timing"]["wall"]["samples_ms"]
 
 
-def run_with_loads_failing(root, tmp_path, monkeypatch, fails) -> tuple[SpyLock, list]:
-    """Task 53 with its model and inputs' load raising OutOfMemoryError on the calls `fails`
-    says; (lock, load calls). Its record, if written, is at tmp_path / "53.json"."""
+def run_with_loads_failing(root, tmp_path, monkeypatch, lock, fails, error=None) -> list:
+    """Task 53 with `lock`, its model and inputs' load raising `error` (by default
+    OutOfMemoryError) on the calls `fails` says; the load calls. Its record, if written, is at
+    tmp_path / "53.json"."""
     real_instantiate, calls = survey_tasks.instantiate, []
+    error = error or OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
     def instantiate(*args):
         calls.append(len(calls) + 1)
         if fails(len(calls)):
-            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+            raise error
         return real_instantiate(*args)
 
     monkeypatch.setattr(survey_tasks, "instantiate", instantiate)
-    lock = SpyLock()
     settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
     run_survey_task(root / "checkout", root / "pin53.json", settings,
                     {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
-    return lock, calls
+    return calls
 
 
 def test_a_model_that_does_not_fit_beside_other_jobs_is_loaded_again_alone(
     surveyed, tmp_path, monkeypatch
 ):
-    lock, calls = run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lambda n: n == 1)
+    lock = SpyLock()
+    calls = run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lock, lambda n: n == 1)
     assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
     assert calls == [1, 2]
     rec = records.read_record(tmp_path / "53.json", "survey_task")
@@ -420,38 +422,23 @@ def test_a_model_that_does_not_fit_alone_fails_the_job_and_writes_nothing(
     surveyed, tmp_path, monkeypatch
 ):
     with pytest.raises(OutOfMemoryError, match="Tried to allocate"):
-        run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lambda n: True)
+        run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, SpyLock(), lambda n: True)
     assert not (tmp_path / "53.json").exists()
 
 
 def test_a_library_out_of_memory_loading_the_model_is_retried_alone(
     surveyed, tmp_path, monkeypatch
 ):
-    real_instantiate, calls = survey_tasks.instantiate, []
-
-    def instantiate(*args):
-        calls.append(args)
-        if len(calls) == 1:
-            raise RuntimeError(CUBLAS_ALLOC)
-        return real_instantiate(*args)
-
-    monkeypatch.setattr(survey_tasks, "instantiate", instantiate)
     lock = SpyLock()
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
-    run_survey_task(surveyed[1] / "checkout", surveyed[1] / "pin53.json", settings,
-                    {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
+    run_with_loads_failing(
+        surveyed[1], tmp_path, monkeypatch, lock, lambda n: n == 1, RuntimeError(CUBLAS_ALLOC)
+    )
     assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
     assert records.read_record(tmp_path / "53.json", "survey_task")["job"]["rerun_alone"]
 
 
 def test_another_error_loading_the_model_is_not_retried(surveyed, tmp_path, monkeypatch):
-    def broken(*args):
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
-
-    monkeypatch.setattr(survey_tasks, "instantiate", broken)
-    lock = SpyLock()
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
+    illegal, lock = RuntimeError("CUDA error: an illegal memory access was encountered"), SpyLock()
     with pytest.raises(RuntimeError, match="illegal memory access"):
-        run_survey_task(surveyed[1] / "checkout", surveyed[1] / "pin53.json", settings,
-                        {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
-    assert lock.events == ["shared in", "shared out"]
+        run_with_loads_failing(surveyed[1], tmp_path, monkeypatch, lock, lambda n: True, illegal)
+    assert lock.events == ["shared in", "shared out"]  # not run again

@@ -199,6 +199,17 @@ def copy_workflow(dest: Path, variants: list[str] | None = None) -> Path:
     return dest
 
 
+def json_paths(node, prefix=()):
+    """Every path (tuple of keys and indexes) into a JSON value, the value itself first."""
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from json_paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from json_paths(value, (*prefix, index))
+
+
 def write_test_config(workdir: Path, url: str, commit: str, **overrides) -> Path:
     """A config overlay pointing at the test KernelBench repo, compiling for sm_90 on the CPU."""
     cfg = {"kernelbench": {"url": url, "commit": commit}, "arch": "sm_90", **overrides}

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from conftest import json_paths
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_bundle import members_of, repack, result_files
@@ -68,21 +69,10 @@ def study(tmp_path_factory):
     return root, config, bundle, scratch
 
 
-def _paths(node, prefix=()):
-    """Every path (tuple of keys / indexes) into a JSON value."""
-    yield prefix
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _paths(v, (*prefix, i))
-
-
 def mutate(data, draw) -> object:
     """A deep copy of data with one value replaced by arbitrary JSON, or one key dropped."""
     data = copy.deepcopy(data)
-    paths = [p for p in _paths(data) if p]
+    paths = [p for p in json_paths(data) if p]
     path = draw(st.sampled_from(paths))
     parent = data
     for part in path[:-1]:

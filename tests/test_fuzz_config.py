@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import json_paths
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from snakemake.cli import parse_config
@@ -31,18 +32,7 @@ DEFAULT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def leaf_paths(value, path=()):
-    """Every path into `value`: mappings, lists and leaves."""
-    yield path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from leaf_paths(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from leaf_paths(item, (*path, index))
-
-
-PATHS = [p for p in leaf_paths(DEFAULT) if p]
+PATHS = [p for p in json_paths(DEFAULT) if p]
 SCALARS = (
     st.none()
     | st.booleans()

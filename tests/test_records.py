@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 import pytest
+from conftest import json_paths
 from test_summary import make_config, write_study
 
 from kbfuse.errors import KbfuseError
@@ -240,17 +241,6 @@ def test_the_committed_reference_follows_every_schema():
     assert seen["correctness"] == 33 and seen["manifest"] == 2 and seen["survey_task"] == 200
 
 
-def _leaves(node, path=()):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _leaves(value, (*path, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _leaves(value, (*path, index))
-    else:
-        yield path
-
-
 def _shrunk(node):
     """`node` with every list cut to its first three items (the errors still compare, at a
     fraction of the time: a margin audit holds thousands of rows)."""
@@ -293,10 +283,10 @@ def test_inlined_references_give_the_errors_the_references_give():
         looked_up = jsonschema.Draft202012Validator(written, registry=records._registry())
         inlined = records._validator(kind)
         assert "$ref" not in json.dumps(inlined.schema)
-        leaves = list(_leaves(record))
-        for index, path in enumerate(leaves[:: max(1, len(leaves) // 12)]):
+        paths = [path for path in json_paths(record) if path]
+        for index, path in enumerate(paths[:: max(1, len(paths) // 12)]):
             value = ["x", -1, None, 1.5, KeyError, [], True][index % 7]
-            if not path or (value is KeyError and isinstance(path[-1], int)):
+            if value is KeyError and isinstance(path[-1], int):
                 continue
             edited = _edited(record, path, value)
             assert _errors(inlined, edited) == _errors(looked_up, edited), (kind, path, value)

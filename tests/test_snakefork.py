@@ -51,9 +51,13 @@ def _workflow(tmp_path, extra=""):
     return tmp_path, env
 
 
+def _line(proc: subprocess.CompletedProcess, prefix: str) -> str:
+    """The rest of the first line of the run's output that starts with `prefix`."""
+    return next(line for line in proc.stdout.splitlines() if line.startswith(prefix))[len(prefix) :]
+
+
 def _probe(proc: subprocess.CompletedProcess) -> dict:
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("PROBE "))
-    return json.loads(line.removeprefix("PROBE "))
+    return json.loads(_line(proc, "PROBE "))
 
 
 def _plain(argv, cwd, env, timeout=120):
@@ -104,10 +108,6 @@ def test_a_forked_run_starts_with_the_plugins_found_and_the_imports_frozen(tmp_p
     frozen, collected = map(int, _line(_plain(ARGS, workdir, env), "WARMTH ").split())
     # a plain run has found them too by then (its arguments name plugins), each time anew
     assert frozen == 0 and collected == len(snakefork.PLUGIN_REGISTRIES)
-
-
-def _line(proc: subprocess.CompletedProcess, prefix: str) -> str:
-    return next(line for line in proc.stdout.splitlines() if line.startswith(prefix))[len(prefix) :]
 
 
 def test_a_closed_server_has_ended_and_been_waited_for():

@@ -10,9 +10,12 @@ another process that holds the device's memory, after which the task runs again 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
+import sys
+import time
 
 import pytest
 from survey_kbrepo import make_survey_repo
@@ -186,10 +189,6 @@ def test_a_task_out_of_memory_beside_another_job_runs_again_alone(tmp_path):
     memory, so the task's model cannot even be loaded; the job waits to be alone (the other
     process frees its memory and lets go once the job has said why it waits) and runs the
     whole task again."""
-    import json
-    import sys
-    import time
-
     url, commit = make_survey_repo(tmp_path / "kb")
     checkout, record, pin = tmp_path / "checkout", tmp_path / "checkout.json", tmp_path / "53.pin"
     pin_kernelbench(url, commit, 2, [53], checkout, record)

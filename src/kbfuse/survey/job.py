@@ -323,8 +323,7 @@ def out_of_memory(error: str, message: str) -> bool:
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
-    failure = baselines.failure("load", exc)
-    return out_of_memory(failure["error"], failure["message"])
+    return out_of_memory(type(exc).__name__, baselines.first_line(exc))
 
 
 def _out_of_memory(per_mode: list[_Mode]) -> bool:

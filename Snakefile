@@ -66,6 +66,7 @@ localrules:
     kernelbench_checkout,
     kernelbench_task,
     kernelbench_pin,
+    kernelbench_contract,
     direction_witness,
     margin_audit,
     check_summary,

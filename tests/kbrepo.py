@@ -123,6 +123,108 @@ def get_init_inputs():
     ),
 }
 
+# A KernelBench-shaped evaluator, written for the tests (not KernelBench's code): the functions,
+# signatures and calls kbfuse.tasks.evaluator reads the official check from, in the pinned
+# evaluator's shape, with the float32 tolerance a parameter (a pin with another tolerance).
+EVAL_PY = """import torch
+
+
+def set_seed(seed: int):
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed(seed)
+
+
+def get_tolerance_for_precision(precision):
+    PRECISION_TOLERANCES = {
+        torch.float32: __TOL__,
+        torch.float16: 1e-2,
+        torch.bfloat16: 1e-2,
+    }
+    return PRECISION_TOLERANCES[precision]
+
+
+def eval_kernel_against_ref(
+    original_model_src, custom_model_src, seed_num: int = __SEED__, num_correct_trials: int = 1,
+    timing_method: str = "cuda_event", precision=torch.float32,
+):
+    context = {}
+    Model, get_init_inputs, get_inputs = load_original_model_and_inputs(original_model_src, context)
+    set_seed(seed_num)
+    init_inputs = get_init_inputs()
+    with torch.no_grad():
+        set_seed(seed_num)
+        original_model = Model(*init_inputs)
+    ModelNew = load_custom_model(custom_model_src, context)
+    with torch.no_grad():
+        set_seed(seed_num)
+        custom_model = ModelNew(*init_inputs)
+    return run_and_check_correctness(
+        original_model, custom_model, get_inputs, num_correct_trials, seed_num, precision
+    )
+
+
+def run_and_check_correctness(
+    original_model_instance, new_model_instance, get_inputs_fn, num_correct_trials, seed,
+    precision,
+):
+    torch.manual_seed(seed)
+    correctness_trial_seeds = [
+        torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(num_correct_trials)
+    ]
+    with torch.no_grad():
+        for trial in range(num_correct_trials):
+            trial_seed = correctness_trial_seeds[trial]
+            set_seed(trial_seed)
+            inputs = get_inputs_fn()
+            set_seed(trial_seed)
+            model = original_model_instance.to(dtype=precision)
+            set_seed(trial_seed)
+            model_new = new_model_instance.to(dtype=precision)
+            output = model(*inputs)
+            output_new = model_new(*inputs)
+            tolerance = get_tolerance_for_precision(precision)
+            if not torch.allclose(output, output_new, atol=tolerance, rtol=tolerance):
+                return False
+    return True
+"""
+TIMING_PY = """import torch
+
+
+def clear_l2_cache(device="cuda"):
+    dummy = torch.empty((32, 1024, 1024), dtype=torch.int64, device=device)
+    dummy.fill_(42)
+
+
+def time_execution_with_cuda_event(kernel_fn, args, num_warmup=3, num_trials=10, device=None):
+    times = []
+    for _ in range(num_trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        clear_l2_cache(device=device)
+        start.record()
+        kernel_fn(*args)
+        end.record()
+        torch.cuda.synchronize(device=device)
+        times.append(start.elapsed_time(end))
+    return times
+"""
+SCRIPT_PY = """class EvalConfig:
+    def __init__(self):
+        self.num_correct_trials = 5
+        self.num_perf_trials = 100
+"""
+
+
+def evaluator_files(tolerance: str = "1e-4", seed: int = 42) -> dict[str, str]:
+    """The test evaluator's files, relative to the repository root."""
+    return {
+        "src/kernelbench/eval.py": EVAL_PY.replace("__TOL__", tolerance).replace(
+            "__SEED__", str(seed)
+        ),
+        "src/kernelbench/timing.py": TIMING_PY,
+        "scripts/eval_from_generations.py": SCRIPT_PY,
+    }
+
+
 LEVEL_DIR = "KernelBench/level2"
 README = "# KernelBench (test fixture)\n\nSmall re-implementations of level-2 tasks 53, 81, 95.\n"
 
@@ -181,7 +283,7 @@ def make_kernelbench_repo(root: Path, tasks=(53, 81, 95)) -> tuple[str, str]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     git(root, "-c", "init.defaultBranch=main", "init", "-q")
-    files: dict[str, str | None] = {"README.md": README}
+    files: dict[str, str | None] = {"README.md": README, **evaluator_files()}
     files.update({task_relpath(task): TASK_FILES[task][1] for task in tasks})
     pinned = commit_files(root, files, "Add level-2 tasks")
     second: dict[str, str | None] = {"README.md": README + "\nSecond commit.\n"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbrepo import LEVEL_DIR, README, TASK_FILES, commit_files, git
+from kbrepo import LEVEL_DIR, README, TASK_FILES, commit_files, evaluator_files, git
 
 SURVEY_TASK_FILES = {
     1: (
@@ -171,7 +171,7 @@ def make_survey_repo(root: Path) -> tuple[str, str]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     git(root, "-c", "init.defaultBranch=main", "init", "-q")
-    files: dict[str, str | None] = {"README.md": README}
+    files: dict[str, str | None] = {"README.md": README, **evaluator_files()}
     for name, text in {**TASK_FILES, **SURVEY_TASK_FILES}.values():
         files[f"{LEVEL_DIR}/{name}"] = text
     return str(root), commit_files(root, files, "Add level-2 tasks for the survey")

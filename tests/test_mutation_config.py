@@ -161,7 +161,7 @@ def test_a_mapping_where_a_list_is_wanted_is_a_type_error_not_missing_keys():
     message = (
         "invalid config:\n  config key tasks: {'a': 1} is invalid: {'a': 1} is not of type "
         "'array' (on the command line give lists and mappings in YAML flow style, e.g. "
-        "--config 'tasks=[53, 81]' or --config 'tolerance={atol: 1e-4, rtol: 1e-4}')"
+        "--config 'tasks=[53, 81]' or --config 'timing={rounds: 25, warmup: 8}')"
     )
     with pytest.raises(KbfuseError, match=f"^{re.escape(message)}$"):
         validate_schema(cfg)

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from contracts import contract
 
+from kbfuse.checks import official
 from kbfuse.errors import KbfuseError
-from kbfuse.survey import blindspots, correctness, determinism, settings
+from kbfuse.survey import correctness, determinism, settings
 from kbfuse.survey import timing as survey_timing
 
-
-def test_any_passes_needs_a_pass_that_is_true():
-    assert not blindspots.any_passes({"compared": "x", "zeros": {"passes": False}})
-    assert not blindspots.any_passes({"input_identity": {"passes": None}})
-    assert not blindspots.any_passes({"zeros": {"passes": 1}})
-    assert blindspots.any_passes({"zeros": {"passes": False}, "mean": {"passes": True}})
+V01 = contract(atol=1e-2, rtol=1e-2)  # KernelBench v0.1's float32 tolerance, for edge cases
+PINNED = contract()  # the pin's: 1e-4
 
 
 def f32(*values):
@@ -31,34 +29,35 @@ def f32(*values):
 def test_compare_records_both_directions_and_the_errors():
     # |ref - cand| = 0.0101 <= 1e-2 + 1e-2 * |cand| only when scaled by the larger candidate
     reference, candidate = f32(1.0, 0.0, -2.0), f32(1.0101, 0.0, -2.0)
-    block = correctness.compare(reference, candidate)
+    block = correctness.compare([(reference, candidate)], V01)
     assert block["official_pass"] is True
     assert block["direction"] == {"candidate_scaled_pass": True, "reference_scaled_pass": True}
-    assert block["atol"] == 1e-2 and block["rtol"] == 1e-2
+    assert block["atol"] == 1e-2 and block["rtol"] == 1e-2 and block["source"] == "eval.py:1 test"
+    assert block["trials"] == 1 and block["failed_trials"] == []
     assert block["numel"] == 3 and block["not_bit_equal"] == 1
     assert block["max_abs"] == pytest.approx(0.0101, rel=1e-5)
     assert block["max_rel"] == pytest.approx(0.0101, rel=1e-5)
-    edge = correctness.compare(f32(2.0), f32(2.0302))  # 0.0302 <= 0.01 + 0.020302 only
+    edge = correctness.compare([(f32(2.0), f32(2.0302))], V01)  # 0.0302 <= 0.01 + 0.020302 only
     assert edge["official_pass"] is True
     assert edge["direction"] == {"candidate_scaled_pass": True, "reference_scaled_pass": False}
-    swapped = correctness.compare(f32(2.0302), f32(2.0))
+    swapped = correctness.compare([(f32(2.0302), f32(2.0))], V01)
     assert swapped["official_pass"] is False
     assert swapped["direction"] == {"candidate_scaled_pass": False, "reference_scaled_pass": True}
 
 
 def test_compare_takes_the_relative_error_where_the_reference_is_not_zero():
-    block = correctness.compare(f32(0.0, 4.0, -1.0), f32(3.0, 5.0, -1.5))
+    block = correctness.compare([(f32(0.0, 4.0, -1.0), f32(3.0, 5.0, -1.5))], V01)
     assert block["max_abs"] == 3.0
     assert block["max_rel"] == 0.5  # |(-1) - (-1.5)| / 1; the zero reference is left out
     assert block["not_bit_equal"] == 3
     assert block["official_pass"] is False
-    zeros = correctness.compare(f32(0.0, 0.0), f32(0.5, 0.0))
+    zeros = correctness.compare([(f32(0.0, 0.0), f32(0.5, 0.0))], V01)
     assert zeros["max_rel"] == 0.0 and zeros["max_abs"] == 0.5
 
 
 def test_compare_of_empty_outputs():
     empty = torch.zeros(0, 3)
-    block = correctness.compare(empty, empty.clone())
+    block = correctness.compare([(empty, empty.clone())], V01)
     assert block["max_abs"] == 0.0 and block["max_rel"] == 0.0
     assert block["numel"] == 0 and block["not_bit_equal"] == 0
     assert block["official_pass"] is True
@@ -78,12 +77,12 @@ def test_compare_of_empty_outputs():
 )
 def test_compare_refuses_what_it_cannot_judge(candidate, message):
     with pytest.raises(KbfuseError, match=message):
-        correctness.compare(f32(1.0), candidate)
+        correctness.compare([(f32(1.0), candidate)], V01)
 
 
 def test_compare_refuses_a_reference_that_is_not_float32():
     with pytest.raises(KbfuseError, match=r"reference torch\.float16, candidate torch\.float32"):
-        correctness.compare(torch.ones(1, dtype=torch.float16), f32(1.0))
+        correctness.compare([(torch.ones(1, dtype=torch.float16), f32(1.0))], V01)
 
 
 def test_output_stats_of_a_tensor():
@@ -126,18 +125,25 @@ def test_output_stats_of_an_empty_output_and_of_a_non_tensor():
 # --------------------------------------------------------------------------- blind spots
 
 
+def spots(reference, inputs, judged=V01):
+    return official.trivial_status([(reference, inputs)], judged)
+
+
 def test_blind_spots_use_the_official_tolerance_and_name_what_they_compared():
     # zeros pass for |ref| <= 0.01 and fail just above it
-    assert blindspots.check(f32(0.01, -0.01), [])["zeros"]["passes"] is True
-    spots = blindspots.check(f32(0.0105, 0.0), [])
-    assert spots["zeros"] == {"applicable": True, "passes": False}
-    assert spots["compared"] == "eager output, same seed"
+    assert spots(f32(0.01, -0.01), [])["zeros"]["passes"] is True
+    found = spots(f32(0.0105, 0.0), [])
+    assert found["zeros"] == {"applicable": True, "passes": False}
+    assert found["compared"] == "eager output on KernelBench's 1 official trials"
     # the mean (1.0) passes when every value is within 0.01 + 0.01 * 1.0 of it
-    near = blindspots.check(f32(0.99, 1.01), [])
+    near = spots(f32(0.99, 1.01), [])
     assert near["mean_constant"] == {"applicable": True, "passes": True, "value": 1.0}
-    far = blindspots.check(f32(0.97, 1.03), [])
+    far = spots(f32(0.97, 1.03), [])
     assert far["mean_constant"]["passes"] is False
     assert far["mean_constant"]["value"] == pytest.approx(1.0)
+    # at the pin's 1e-4 the same near-constant output is no blind spot
+    assert spots(f32(0.99, 1.01), [], PINNED)["blind_spot"] is False
+    assert spots(f32(1e-4, -1e-4), [], PINNED)["zeros"]["passes"] is True
 
 
 def test_the_identity_candidate_is_the_first_input_of_the_outputs_layout():
@@ -149,21 +155,18 @@ def test_the_identity_candidate_is_the_first_input_of_the_outputs_layout():
         f32(1.0, 2.0),  # the first that fits: equal, passes
         f32(9.0, 9.0),
     ]
-    assert blindspots.check(reference, inputs)["input_identity"] == {
-        "applicable": True,
-        "passes": True,
-    }
+    assert spots(reference, inputs)["input_identity"] == {"applicable": True, "passes": True}
     wrong_first = [f32(9.0, 9.0), f32(1.0, 2.0)]
-    assert blindspots.check(reference, wrong_first)["input_identity"] == {
+    assert spots(reference, wrong_first)["input_identity"] == {
         "applicable": True,
         "passes": False,
     }
 
 
 def test_blind_spots_of_an_empty_output():
-    spots = blindspots.check(torch.zeros(0), [])
-    assert spots["mean_constant"]["value"] == 0.0
-    assert spots["zeros"]["passes"] is True
+    found = spots(torch.zeros(0), [])
+    assert found["mean_constant"]["value"] == 0.0
+    assert found["zeros"]["passes"] is True
 
 
 # --------------------------------------------------------------------------- determinism

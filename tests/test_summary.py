@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from contracts import contract_record
 
 from kbfuse import layout
 from kbfuse.checks import protocol
@@ -33,6 +34,7 @@ TASK_NAMES = {
     81: "81_Gemm_Swish_Divide_Clamp_Tanh_Clamp.py",
     95: "95_Matmul_Add_Swish_Tanh_GELU_Hardtanh.py",
 }
+TOLERANCE = {"atol": 1.0e-4, "rtol": 1.0e-4}  # the test evaluator's (tests/contracts.py)
 KEYS = ("full/events", "full/graph", "tail/events", "tail/graph")
 TINY_CASES = ("dense_-110_-60", "subnormals", "signed_zeros", "infinities", "nan")
 
@@ -54,7 +56,6 @@ def make_config(
         "tasks": list(tasks),
         "seeds": [0, 1],
         "distributions": ["uniform", "normal"],
-        "tolerance": {"atol": 1.0e-4, "rtol": 1.0e-4},
         "arch": "sm_90",
         "variants": {
             v: {
@@ -350,6 +351,7 @@ def write_study(root: Path, config: dict, *, gpu="NVIDIA H200", driver="580.95.0
         },
     }
     write_json(root / "kernelbench/pin.json", pin)
+    write_json(root / "kernelbench/contract.json", contract_record(commit))
     write_json(root / "env/fingerprint.json", fingerprint(gpu, driver))
     artifacts = {}
     for v in variants:
@@ -395,7 +397,7 @@ def write_study(root: Path, config: dict, *, gpu="NVIDIA H200", driver="580.95.0
                 "task": t,
                 "provenance": {**provenance, "artifacts": dict(artifacts)},
                 "protocol": config["timing"],
-                "tolerance": config["tolerance"],
+                "tolerance": TOLERANCE,
                 "small_shape": {
                     "shape": config["controls"]["small_shape"],
                     "measurements": small_m,
@@ -430,7 +432,7 @@ def write_study(root: Path, config: dict, *, gpu="NVIDIA H200", driver="580.95.0
             + sorted(root.glob("controls/*.json"))
         ]
         protocol.write_margin_audit(
-            audited, root / "protocol/margin_audit.json", config["tolerance"]
+            audited, root / "protocol/margin_audit.json", TOLERANCE
         )
 
 
@@ -457,7 +459,7 @@ def write_correctness(root, config, t, artifacts, provenance) -> list[str]:
                     "artifact_sha256": artifacts[v],
                     **provenance,
                 },
-                "tolerance": config["tolerance"],
+                "tolerance": TOLERANCE,
                 "cases": cases,
                 "summary": totals(cases),
                 "passed": not failing,
@@ -482,7 +484,7 @@ def write_correctness(root, config, t, artifacts, provenance) -> list[str]:
             "schema_version": 1,
             "task": t,
             "provenance": provenance,
-            "tolerance": config["tolerance"],
+            "tolerance": TOLERANCE,
             "implementations": implementations,
             "cuda_cache": CACHE,
         },

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from contracts import contract
 from kbrepo import LEVEL_DIR, commit_files
 from survey_kbrepo import make_survey_repo
 
@@ -20,6 +21,7 @@ from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.correctness import compare
 from kbfuse.survey.job import run_survey_task
 from kbfuse.survey.settings import survey_settings
+from kbfuse.tasks.evaluator import write_contract
 from kbfuse.tasks.kernelbench import pin_kernelbench, pin_task
 
 BROKEN = """import torch
@@ -60,13 +62,14 @@ def checkout(tmp_path_factory):
     pin_kernelbench(url, commit, 2, [53], co, record)
     pin_task(co, record, 53, root / "pin53.json")
     pin_task(co, record, 99, root / "pin99.json")
+    write_contract(co, record, co.parent / "contract.json")
     return co, root / "pin53.json", root / "pin99.json"
 
 
 def _run(checkout, pin, tmp_path, **settings):
     out = tmp_path / "out.json"
     run_survey_task(checkout, pin, survey_settings({"survey": {**SETTINGS, **settings}}),
-                    {"strict": out}, print)  # fmt: skip
+                    checkout.parent / "contract.json", {"strict": out}, print)  # fmt: skip
     return records.read_record(out, "survey_task")
 
 
@@ -82,7 +85,7 @@ def _wrap(name: str, wrapper):
 
 def test_a_wrong_output_is_a_correctness_failure(checkout, tmp_path, monkeypatch):
     co, pin53, _ = checkout
-    wrong_shape = _wrap("torchscript", lambda run: lambda: run()[:, :3])
+    wrong_shape = _wrap("torchscript", lambda run: lambda *x: run(*x)[:, :3])
     monkeypatch.setattr(survey_baselines, "make", wrong_shape)
     rec = _run(co, pin53, tmp_path)
     ts = rec["baselines"]["torchscript"]
@@ -103,11 +106,11 @@ def test_a_forward_that_fails_while_timed_is_dropped_and_the_others_timed(
     calls = {"n": 0}
 
     def flaky(run):
-        def call():
+        def call(*inputs):
             calls["n"] += 1
-            if calls["n"] > 3:  # build and correctness pass, timing does not
+            if calls["n"] > 6:  # the build and the 5 official trials pass, timing does not
                 raise MemoryError("out of memory (simulated)")
-            return run()
+            return run(*inputs)
 
         return call
 
@@ -185,6 +188,8 @@ def test_time_method_drops_only_the_failing_baseline():
 def test_correctness_refuses_a_non_tensor_and_other_dtypes():
     ref = torch.ones(3)
     with pytest.raises(KbfuseError, match=r"the output is a tuple, not a tensor"):
-        compare(ref, (ref,))
+        compare([(ref, (ref,))], contract())
     with pytest.raises(KbfuseError, match=r"outputs must be float32 \(reference torch.float32, "):
-        compare(ref, ref.double())
+        compare([(ref, ref.double())], contract())
+    with pytest.raises(KbfuseError, match=r"^a baseline's correctness needs at least one official"):
+        compare([], contract())

@@ -23,6 +23,7 @@ from survey_kbrepo import make_survey_repo
 from kbfuse.results import records
 from kbfuse.survey.job import run_survey_task
 from kbfuse.survey.settings import survey_settings
+from kbfuse.tasks.evaluator import write_contract
 from kbfuse.tasks.kernelbench import pin_kernelbench, pin_task
 from kbfuse.workflow import gpulock
 
@@ -39,6 +40,7 @@ def surveyed(tmp_path_factory):
     url, commit = make_survey_repo(root / "kb")
     checkout, record = root / "checkout", root / "checkout.json"
     pin_kernelbench(url, commit, 2, [53], checkout, record)
+    write_contract(checkout, record, root / "contract.json")
     settings = survey_settings({"survey": SETTINGS})
     out = {}
     for task, modes in ((1, ("strict", "kernelbench-defaults")), (9, ("strict",)),
@@ -46,7 +48,7 @@ def surveyed(tmp_path_factory):
         pin = root / f"pin{task}.json"
         pin_task(checkout, record, task, pin)
         paths = {mode: root / f"{task}-{mode}.json" for mode in modes}
-        run_survey_task(checkout, pin, settings, paths, print)
+        run_survey_task(checkout, pin, settings, root / "contract.json", paths, print)
         for mode, path in paths.items():
             out[(task, mode)] = records.read_record(path, "survey_task")
     return out
@@ -167,7 +169,7 @@ import torch
 from kbfuse.survey.job import run_survey_task
 from kbfuse.survey.settings import survey_settings
 
-checkout, pin, out, context, ready, go = map(Path, sys.argv[1:7])
+checkout, pin, contract, out, context, ready, go = map(Path, sys.argv[1:8])
 torch.zeros(1, device="cuda")
 torch.cuda.empty_cache()
 context.touch()
@@ -179,8 +181,8 @@ def say(line):
     if line.startswith("out of memory beside other jobs"):
         go.touch()
 
-settings = survey_settings({"survey": json.loads(sys.argv[7])})
-run_survey_task(checkout, pin, settings, {"strict": out}, say)
+settings = survey_settings({"survey": json.loads(sys.argv[8])})
+run_survey_task(checkout, pin, settings, contract, {"strict": out}, say)
 """
 
 
@@ -193,10 +195,12 @@ def test_a_task_out_of_memory_beside_another_job_runs_again_alone(tmp_path):
     checkout, record, pin = tmp_path / "checkout", tmp_path / "checkout.json", tmp_path / "53.pin"
     pin_kernelbench(url, commit, 2, [53], checkout, record)
     pin_task(checkout, record, 53, pin)
+    write_contract(checkout, record, tmp_path / "contract.json")
     out = tmp_path / "53-strict.json"
     context, ready, go = tmp_path / "context", tmp_path / "ready", tmp_path / "go"
     settings = json.dumps({**SETTINGS, "baselines": ["eager"]})
-    args = [str(p) for p in (checkout, pin, out, context, ready, go)] + [settings]
+    paths = (checkout, pin, tmp_path / "contract.json", out, context, ready, go)
+    args = [str(p) for p in paths] + [settings]
     job = subprocess.Popen([sys.executable, "-c", JOB, *args], stdout=subprocess.PIPE, text=True)
     holder = None
     try:

@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 from survey_kbrepo import make_survey_repo
 
+from kbfuse.checks import official
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json
 from kbfuse.results import records
 from kbfuse.survey import baselines as survey_baselines
 from kbfuse.survey import job as survey_job
-from kbfuse.survey import tasks as survey_tasks
 from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.job import run_survey_task, share_compile_caches
 from kbfuse.survey.settings import survey_settings
 from kbfuse.survey.tasks import read_task_list, write_task_list
+from kbfuse.tasks.evaluator import write_contract
 from kbfuse.tasks.kernelbench import pin_kernelbench, pin_task
 
 TASKS = [1, 7, 9, 23, 53, 66]
@@ -47,6 +48,7 @@ def surveyed(tmp_path_factory):
     url, commit = make_survey_repo(root / "kb")
     checkout, record = root / "checkout", root / "checkout.json"
     pin_kernelbench(url, commit, 2, [53], checkout, record)
+    write_contract(checkout, record, root / "contract.json")
     settings = survey_settings({"survey": SETTINGS})
     no_inductor = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
     write_task_list(checkout, record, TASKS, root / "list.json")
@@ -56,7 +58,10 @@ def surveyed(tmp_path_factory):
         assert pin["tasks"][str(task)]["sha256"]
         out[task] = root / f"{task}.json"
         chosen = settings if task in INDUCTOR_TASKS else no_inductor
-        run_survey_task(checkout, root / f"pin{task}.json", chosen, {"strict": out[task]}, print)
+        run_survey_task(
+            checkout, root / f"pin{task}.json", chosen, root / "contract.json",
+            {"strict": out[task]}, print,
+        )  # fmt: skip
     return {task: records.read_record(path, "survey_task") for task, path in out.items()}, root
 
 
@@ -109,9 +114,12 @@ def test_dropout_in_training_mode_is_flagged_nondeterministic(surveyed):
         "different_seed_equal": False,
         "verdict": "nondeterministic",
     }
-    assert rec["blind_spots"]["compared"] == "eager output, same seed"
+    assert rec["blind_spots"]["compared"] == "eager output on KernelBench's 5 official trials"
+    # As KernelBench's evaluator calls them, the reference draws its dropout mask after the
+    # trial seed and the candidate right after it: eager fails against itself on every trial.
     eager = rec["baselines"]["eager"]["correctness"]
-    assert eager["official_pass"] is True and eager["not_bit_equal"] == 0
+    assert eager["official_pass"] is False and eager["failed_trials"] == [0, 1, 2, 3, 4]
+    assert eager["not_bit_equal"] > 0
 
 
 def test_deterministic_tasks_and_eager_against_itself(surveyed):
@@ -120,7 +128,8 @@ def test_deterministic_tasks_and_eager_against_itself(surveyed):
         assert rec["determinism"]["verdict"] == "deterministic", task
         eager = rec["baselines"]["eager"]["correctness"]
         assert eager["not_bit_equal"] == 0 and eager["max_abs"] == 0.0, task
-        assert eager["numel"] == math.prod(rec["output"]["shape"])
+        assert eager["official_pass"] is True and eager["failed_trials"] == []
+        assert eager["trials"] == 5 and eager["numel"] == 5 * math.prod(rec["output"]["shape"])
 
 
 def test_flops_come_from_torchs_counter(surveyed):
@@ -200,7 +209,7 @@ def test_a_pin_of_another_task_file_is_refused_before_any_work(surveyed, tmp_pat
     settings = survey_settings({"survey": SETTINGS})
     with pytest.raises(KbfuseError, match=r"task 53 file .* changed after pinning"):
         run_survey_task(root / "checkout", tmp_path / "pin.json", settings,
-                        {"strict": tmp_path / "out.json"})  # fmt: skip
+                        root / "contract.json", {"strict": tmp_path / "out.json"})  # fmt: skip
     assert not (tmp_path / "out.json").exists()
 
 
@@ -223,7 +232,10 @@ def test_eval_semantics_turn_dropout_off(surveyed, tmp_path):
         {"survey": {**SETTINGS, "semantics": "eval", "baselines": ["eager", "torchscript"]}}
     )
     out = tmp_path / "66-eval.json"
-    run_survey_task(root / "checkout", root / "pin66.json", settings, {"strict": out}, print)
+    run_survey_task(
+        root / "checkout", root / "pin66.json", settings, root / "contract.json",
+        {"strict": out}, print,
+    )  # fmt: skip
     rec = records.read_record(out, "survey_task")
     assert rec["semantics"] == "eval"
     assert rec["determinism"]["verdict"] == "deterministic"
@@ -279,11 +291,15 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
     monkeypatch.setattr(survey_baselines, "build", build)
     settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
     outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
-    run_survey_task(root / "checkout", root / "pin1.json", settings, outs, print, lock=lock)
+    run_survey_task(
+        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
+        lock=lock,
+    )  # fmt: skip
     assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
     assert seen == [
         ("build", "eager", "shared", False),  # built once, in the first mode
-        ("build", "torchscript", "shared", False),
+        ("build", "torchscript", "shared", False),  # a trace: once per mode, in that mode
+        ("build", "torchscript", "shared", True),
         ("time", "survey/1/strict/kernelbench", "alone", False),
         ("time", "survey/1/kernelbench-defaults/kernelbench", "alone", True),
     ]
@@ -297,17 +313,20 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
         }
         assert rec["baselines"]["torchscript"]["correctness"]["official_pass"] is True
         assert len(rec["baselines"]["torchscript"]["timing"]["wall"]["samples_ms"]) == ROUNDS
-    assert (
-        strict["baselines"]["torchscript"]["build_s"]
-        == defaults["baselines"]["torchscript"]["build_s"]
-    )
+    assert strict["baselines"]["eager"]["build_s"] == defaults["baselines"]["eager"]["build_s"]
+    assert strict["baselines"]["eager"]["built_in"] == "strict"
+    assert defaults["baselines"]["eager"]["built_in"] == "strict"
+    assert strict["baselines"]["torchscript"]["built_in"] == "strict"
+    assert defaults["baselines"]["torchscript"]["built_in"] == "kernelbench-defaults"
 
 
 def test_a_job_needs_a_mode(surveyed, tmp_path):
     _, root = surveyed
     settings = survey_settings({"survey": SETTINGS})
     with pytest.raises(KbfuseError, match="a survey job needs at least one numerics mode"):
-        run_survey_task(root / "checkout", root / "pin1.json", settings, {}, print)
+        run_survey_task(
+            root / "checkout", root / "pin1.json", settings, root / "contract.json", {}, print
+        )
 
 
 class OutOfMemoryError(RuntimeError):
@@ -336,8 +355,8 @@ def run_out_of_memory(root, tmp_path, monkeypatch, fails, error=None) -> tuple[d
     lock = SpyLock()
     settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
     out = tmp_path / "53.json"
-    run_survey_task(root / "checkout", root / "pin53.json", settings, {"strict": out}, print,
-                    lock=lock)  # fmt: skip
+    run_survey_task(root / "checkout", root / "pin53.json", settings, root / "contract.json",
+                    {"strict": out}, print, lock=lock)  # fmt: skip
     return records.read_record(out, "survey_task"), lock, calls
 
 
@@ -390,18 +409,18 @@ def run_with_loads_failing(root, tmp_path, monkeypatch, lock, fails, error=None)
     """Task 53 with `lock`, its model and inputs' load raising `error` (by default
     OutOfMemoryError) on the calls `fails` says; the load calls. Its record, if written, is at
     tmp_path / "53.json"."""
-    real_instantiate, calls = survey_tasks.instantiate, []
+    real_instance, calls = official.instance, []
     error = error or OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
-    def instantiate(*args):
+    def instance(*args):
         calls.append(len(calls) + 1)
         if fails(len(calls)):
             raise error
-        return real_instantiate(*args)
+        return real_instance(*args)
 
-    monkeypatch.setattr(survey_tasks, "instantiate", instantiate)
+    monkeypatch.setattr(official, "instance", instance)
     settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager"]}})
-    run_survey_task(root / "checkout", root / "pin53.json", settings,
+    run_survey_task(root / "checkout", root / "pin53.json", settings, root / "contract.json",
                     {"strict": tmp_path / "53.json"}, print, lock=lock)  # fmt: skip
     return calls
 

@@ -7,9 +7,11 @@ import hashlib
 
 import pytest
 import torch
+from contracts import contract
 
+from kbfuse.checks import official
 from kbfuse.errors import KbfuseError
-from kbfuse.survey import blindspots, determinism, profile, settings, tasks
+from kbfuse.survey import determinism, profile, settings, tasks
 from kbfuse.survey import timing as survey_timing
 
 
@@ -89,16 +91,27 @@ def test_same_bits_looks_at_both_parts_of_complex_values():
 
 
 def test_blind_spots_of_a_tiny_output_and_of_an_identity():
-    small = torch.full((4,), 1e-3)
-    spots = blindspots.check(small, [torch.ones(3)])
+    judged = contract()
+    small = torch.full((4,), 1e-4)
+    spots = official.trivial_status([(small, [torch.ones(3)])], judged)
     assert spots["zeros"]["passes"] is True
     assert spots["input_identity"] == {"applicable": False, "passes": None}
-    assert blindspots.any_passes(spots)
+    assert spots["blind_spot"] is True
     x = torch.linspace(1, 4, 4)
-    spots = blindspots.check(x.clone(), [x])
+    spots = official.trivial_status([(x.clone(), [x])], judged)
     assert spots["zeros"]["passes"] is False
     assert spots["mean_constant"] == {"applicable": True, "passes": False, "value": 2.5}
     assert spots["input_identity"] == {"applicable": True, "passes": True}
+
+
+def test_a_trivial_candidate_must_pass_every_trial():
+    judged = contract()
+    zero, tiny, large = torch.zeros(3), torch.full((3,), 5e-5), torch.ones(3)
+    assert official.trivial_status([(zero, []), (tiny, [])], judged)["blind_spot"] is True
+    spots = official.trivial_status([(zero, []), (large, []), (tiny, [])], judged)
+    assert spots["zeros"]["passes"] is False and spots["trials"] == 3
+    # the constant is the first trial's mean, the same value in every trial
+    assert spots["mean_constant"]["value"] == 0.0 and spots["mean_constant"]["passes"] is False
 
 
 def test_profile_rows_are_per_forward_and_longest_first():

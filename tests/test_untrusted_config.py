@@ -71,8 +71,6 @@ OVERRIDES = [
     ("tasks", "tasks=[81]", ("tasks",), [81]),
     ("seeds", "seeds=[0, 7]", ("seeds",), [0, 7]),
     ("distributions", "distributions=[normal, uniform]", ("distributions",), ["normal", "uniform"]),
-    ("tolerance.atol", "tolerance={atol: 1e-4, rtol: 1e-4}", ("tolerance", "atol"), 1e-4),
-    ("tolerance.rtol", "tolerance={rtol: 2e-5}", ("tolerance", "rtol"), 2e-5),
     ("arch", "arch=sm_90", ("arch",), "sm_90"),
     (
         "variants.<name>.route",
@@ -201,26 +199,37 @@ def test_every_documented_key_can_be_overridden_with_config(key, entry, path, va
     assert [type(v) for v in (at(cfg, path) if isinstance(value, list) else [at(cfg, path)])] == [
         type(v) for v in (value if isinstance(value, list) else [value])
     ]
-    untouched = "rtol" if key == "tolerance.atol" else "atol"
-    assert cfg["tolerance"][untouched] == 1e-4  # nested overrides merge, key by key
+    untouched = "rounds" if key == "timing.order_seed" else "order_seed"
+    assert cfg["timing"][untouched] == DEFAULT["timing"][untouched]  # merged key by key
 
 
 def test_yaml_1e_minus_4_in_an_overlay_is_a_number():
-    overlay = yaml.safe_load("tolerance:\n  atol: 1e-4\n  rtol: 1E+1\n")
-    assert overlay["tolerance"]["atol"] == "1e-4"  # YAML 1.1: no dot, so a string
+    overlay = yaml.safe_load("controls:\n  tiny_values:\n    low: -1e2\n    high: 1E+1\n")
+    assert overlay["controls"]["tiny_values"]["low"] == "-1e2"  # YAML 1.1: no dot, a string
     cfg = copy.deepcopy(DEFAULT)
     update_config(cfg, overlay)
-    assert checked(cfg)["tolerance"] == {"atol": 1e-4, "rtol": 10.0}
+    tiny = checked(cfg)["controls"]["tiny_values"]
+    assert (tiny["low"], tiny["high"]) == (-100.0, 10.0)
 
 
 @pytest.mark.parametrize(
     ("entry", "words"),
     [
         ("tasks=81", ["config key tasks: 81 is invalid", "--config 'tasks=[53, 81]'"]),
-        ("tolerance=1e-4", ["config key tolerance: 0.0001 is invalid", "tolerance={atol: 1e-4"]),
+        ("timing=25", ["config key timing: 25 is invalid", "timing={rounds: 25, warmup: 8}"]),
         ("tasks=[eighty-one]", ["config key tasks[0]: 'eighty-one' is invalid"]),
-        ("tolerance={atol: .nan}", ["config key tolerance.atol: '.nan' is invalid"]),
-        ("tolerance={atol: 1e999}", ["config key tolerance.atol: inf is not a finite number"]),
+        (
+            "controls={tiny_values: {low: .nan}}",
+            ["config key controls.tiny_values.low: '.nan' is invalid"],
+        ),
+        (
+            "controls={tiny_values: {low: -1e999}}",
+            ["config key controls.tiny_values.low: -inf is not a finite number"],
+        ),
+        (
+            "tolerance={atol: 1e-4, rtol: 1e-4}",
+            ["config key tolerance: no longer a setting", "read from the pinned KernelBench"],
+        ),
         ("timing={rounds: 2.5}", ["config key timing.rounds: '2.5' is invalid", "'integer'"]),
         ("timing={warmup: 0}", ["config key timing.warmup: 0 is invalid", "minimum of 1"]),
     ],
@@ -238,7 +247,7 @@ def test_an_unknown_key_is_named_without_dumping_the_config():
     message = str(err.value)
     assert message == (
         "invalid config:\n  config key colour: unknown key (known here: kernelbench, tasks, "
-        "seeds, distributions, tolerance, arch, variants, nvrtc_versions, baselines, timing, "
+        "seeds, distributions, arch, variants, nvrtc_versions, baselines, timing, "
         "check, controls, survey)"
     )
     with pytest.raises(KbfuseError, match=r"config key timing\.rounds_: unknown key \(known"):
@@ -340,8 +349,8 @@ def test_the_default_config_file_has_no_repeated_key():
 @pytest.mark.parametrize(
     ("path", "value", "words"),
     [
-        (("tolerance", "atol"), float("nan"), ["tolerance.atol: nan is not a finite number"]),
-        (("tolerance", "rtol"), float("inf"), ["tolerance.rtol: inf is not a finite number"]),
+        (("controls", "tiny_values", "high"), float("nan"), ["tiny_values.high: nan is not"]),
+        (("controls", "ftz_cost", "rounds"), float("inf"), ["ftz_cost.rounds: inf is not"]),
         (("controls", "tiny_values", "low"), float("-inf"), ["tiny_values.low: -inf is not"]),
         (("controls", "witness81_inputs"), [-88.0, float("nan")], ["witness81_inputs[1]: nan"]),
         (("timing", "rounds"), 25.0, ["timing.rounds: 25.0 is invalid", "'integer'"]),
@@ -421,12 +430,12 @@ def test_every_architecture_this_nvrtc_supports_is_accepted():
 
 def test_snakemake_accepts_list_nested_and_1e4_overrides(workflow_copy):
     workdir, overlay = workflow_copy
-    extra = workdir / "tolerance.yaml"
-    extra.write_text("tolerance:\n  atol: 1e-4\n  rtol: 1e-4\n")
+    extra = workdir / "tiny.yaml"
+    extra.write_text("controls:\n  tiny_values:\n    low: -1e2\n")
     proc = snakemake(
         workdir,
         *("-n", "--cores", "1", "cpu", "--configfile", str(overlay), str(extra)),
-        *("--config", "tasks=[81]", "tolerance={atol: 1e-4, rtol: 1e-4}", "seeds=[0, 1]"),
+        *("--config", "tasks=[81]", "controls={tiny_values: {high: -6e1}}", "seeds=[0, 1]"),
     )
     assert "results/kernelbench/tasks/81.json" in proc.stdout
     assert "results/kernelbench/tasks/53.json" not in proc.stdout
@@ -466,10 +475,10 @@ def readme_config_examples() -> list[list[str]]:
 
 def test_the_override_examples_of_the_config_readme_work():
     examples = readme_config_examples()
-    assert len(examples) == 4
+    assert len(examples) == 3
     for entries in examples:
         checked(overridden(*entries))
-    cfg = checked(overridden(*examples[2]))
+    cfg = checked(overridden(*examples[1]))
     assert cfg["controls"]["tiny_values"] == {"low": -100, "high": -60.0, "dense_count": 100001}
 
 

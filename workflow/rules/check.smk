@@ -43,6 +43,7 @@ rule check_candidate:
         candidate=f"{CHECK_FOLDER}/{{candidate}}.py",
         checkout=layout.file("checkout"),
         record=layout.file("checkout_record"),
+        contract=CONTRACT,
         code=CHECK_CODE,
         schema="src/kbfuse/schemas/check_candidate.json",
     output:

@@ -82,10 +82,14 @@ def outputs_by_variant(wildcards, output):
     return dict(zip(VARIANTS, output, strict=True))
 
 
+CONTRACT = layout.record("kernelbench_contract")
+
+
 def task_inputs(wildcards):
     return {
         "checkout": layout.file("checkout"),
         "pin": task_pin(wildcards.task),
+        "contract": CONTRACT,
     }
 
 
@@ -109,6 +113,7 @@ def cpu_targets():
     cpu_variants = [v for v in VARIANTS if compiles_without_gpu(v)]
     return [
         layout.record("kernelbench_pin"),
+        CONTRACT,
         *artifact_files(cpu_variants),
         layout.record("direction_witness"),
     ]
@@ -118,6 +123,7 @@ def study_results():
     """Every result of the study proper: what the summary reads and the manifest hashes."""
     return [
         layout.record("kernelbench_pin"),
+        CONTRACT,
         *artifact_files(),
         *gpu_results(),
         layout.record("direction_witness"),
@@ -160,5 +166,5 @@ def controls_inputs(wildcards):
         "artifacts": artifact_files(),
         "correctness": list(correctness_files(wildcards.task).values()),
         "baselines": layout.record("correctness_baselines", task=wildcards.task),
-        "code": module_files("checks.controls"),
+        "code": module_files("checks.controls", "tasks.evaluator"),
     }

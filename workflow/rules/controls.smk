@@ -16,7 +16,6 @@ rule controls:
         correctness=variant_correctness,
         baselines=config["baselines"],
         controls=config["controls"],
-        tolerance=config["tolerance"],
         protocol=config["timing"],
     script:
         "../scripts/controls.py"

@@ -2,7 +2,7 @@ rule correctness_variants:
     input:
         unpack(task_inputs),
         artifacts=artifact_files(),
-        code=module_files("checks.correctness"),
+        code=module_files("checks.correctness", "tasks.evaluator"),
     output:
         [layout.record("correctness", variant=v) for v in VARIANTS],
     log:
@@ -18,7 +18,6 @@ rule correctness_variants:
         outputs=outputs_by_variant,
         seeds=config["seeds"],
         distributions=config["distributions"],
-        tolerance=config["tolerance"],
         input_seed=config["timing"]["input_seed"],
     script:
         "../scripts/correctness_variants.py"
@@ -27,7 +26,7 @@ rule correctness_variants:
 rule correctness_baselines:
     input:
         unpack(task_inputs),
-        code=module_files("checks.correctness"),
+        code=module_files("checks.correctness", "tasks.evaluator"),
     output:
         layout.record("correctness_baselines"),
     log:
@@ -41,7 +40,6 @@ rule correctness_baselines:
     params:
         seeds=config["seeds"],
         distributions=config["distributions"],
-        tolerance=config["tolerance"],
         input_seed=config["timing"]["input_seed"],
     script:
         "../scripts/correctness_baselines.py"

@@ -31,6 +31,23 @@ rule kernelbench_task:
         "../scripts/kernelbench_task.py"
 
 
+# The official check (tolerance, argument order, seeds, trials, timing method) as the pinned
+# evaluator's own source makes it: every judge (study, survey, check) reads it from here.
+rule kernelbench_contract:
+    input:
+        checkout=layout.file("checkout"),
+        record=layout.file("checkout_record"),
+        code=module_files("tasks.evaluator"),
+    output:
+        contract=layout.record("kernelbench_contract"),
+    log:
+        layout.log("kernelbench/contract"),
+    conda:
+        ENV
+    script:
+        "../scripts/kernelbench_contract.py"
+
+
 rule kernelbench_pin:
     input:
         record=layout.file("checkout_record"),

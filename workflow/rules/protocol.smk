@@ -1,14 +1,13 @@
 rule direction_witness:
     input:
-        code=module_files("checks.protocol"),
+        contract=CONTRACT,
+        code=module_files("checks.protocol", "tasks.evaluator"),
     output:
         layout.record("direction_witness"),
     log:
         layout.log("protocol/direction_witness"),
     conda:
         ENV
-    params:
-        tolerance=config["tolerance"],
     script:
         "../scripts/direction_witness.py"
 

@@ -47,6 +47,7 @@ rule survey_task:
     input:
         checkout=SURVEY_CHECKOUT,
         pin=layout.file("survey_pin"),
+        contract=CONTRACT,
         code=SURVEY_CODE,
     output:
         SURVEY_TASK_RECORDS,

@@ -7,6 +7,7 @@ from kbfuse.candidates.check import (
     default_device,
     find_task_file,
 )
+from kbfuse.tasks.evaluator import read_contract_record
 from kbfuse.workflow import gpulock
 from kbfuse.workflow.jobs import job
 
@@ -31,6 +32,7 @@ with job(snakemake.log[0], "check_candidate"):
         task,
         find_task_file(checkout, level, task),
         verdict,
+        read_contract_record(snakemake.input.contract),
         dict(snakemake.params.settings),
         device=device,
         commit=checkout_commit(checkout),

@@ -1,3 +1,4 @@
+from kbfuse.tasks.evaluator import tolerance_of
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "controls", gpu=True):
@@ -7,7 +8,7 @@ with job(snakemake.log[0], "controls", gpu=True):
     run_controls(
         TimedTask.of_job(snakemake),
         controls_cfg=snakemake.params.controls,
-        tolerance=snakemake.params.tolerance,
+        tolerance=tolerance_of(snakemake.input.contract),
         protocol=snakemake.params.protocol,
         out=snakemake.output[0],
         log=None,

@@ -1,3 +1,4 @@
+from kbfuse.tasks.evaluator import tolerance_of
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock="shared"):
@@ -10,7 +11,7 @@ with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock="shared")
         request=dict(
             seeds=snakemake.params.seeds,
             distributions=snakemake.params.distributions,
-            tolerance=snakemake.params.tolerance,
+            tolerance=tolerance_of(snakemake.input.contract),
             input_seed=snakemake.params.input_seed,
         ),
         out=snakemake.output[0],

@@ -1,3 +1,4 @@
+from kbfuse.tasks.evaluator import tolerance_of
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "correctness", gpu=True, gpu_lock="shared"):
@@ -12,7 +13,7 @@ with job(snakemake.log[0], "correctness", gpu=True, gpu_lock="shared"):
         request=dict(
             seeds=snakemake.params.seeds,
             distributions=snakemake.params.distributions,
-            tolerance=snakemake.params.tolerance,
+            tolerance=tolerance_of(snakemake.input.contract),
             input_seed=snakemake.params.input_seed,
         ),
         log=None,

@@ -11,6 +11,7 @@ with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda", gpu_
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,
         settings=settings,
+        contract_path=snakemake.input.contract,
         outs=dict(zip(snakemake.params.modes, snakemake.output, strict=True)),
         say=lambda line: print(line, flush=True),
     )

@@ -36,7 +36,6 @@ from kbfuse.candidates.spec import check_settings
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file, write_json
 
-OFFICIAL_ATOL = OFFICIAL_RTOL = 1e-2  # KernelBench at the pin, float32
 ROLES = ("reference", "candidate", "witness")
 
 
@@ -100,7 +99,21 @@ def witness_env(settings: dict) -> dict[str, str] | None:
     return {"TORCH_EXTENSIONS_DIR": str(Path(cache).resolve())}
 
 
-def run_reference(task_file: Path, settings: dict, device: str, scratch: Path, limits, log):
+def judged_contract(contract: dict, settings: dict) -> dict:
+    """The pinned contract (kbfuse.checks.official.check_contract) with the check's seed and
+    trial count where its settings name them (None: the pinned evaluator's own)."""
+    from kbfuse.checks import official
+
+    contract = official.check_contract(contract, "the check's kernelbench contract")
+    for key, setting in (("seed", "seed"), ("trials", "official_trials")):
+        if settings[setting] is not None:
+            contract[key] = settings[setting]
+    return contract
+
+
+def run_reference(
+    task_file: Path, settings: dict, contract: dict, device: str, scratch: Path, limits, log
+):
     folder = scratch / "reference"
     folder.mkdir()
     copy = folder / "task.py"
@@ -108,12 +121,9 @@ def run_reference(task_file: Path, settings: dict, device: str, scratch: Path, l
     request = {
         "task_file": str(copy),
         "device": device,
-        "seed": settings["seed"],
-        "official_trials": settings["official_trials"],
+        "contract": contract,
         "seeds": settings["seeds"],
         "distributions": settings["distributions"],
-        "atol": OFFICIAL_ATOL,
-        "rtol": OFFICIAL_RTOL,
     }
     outcome = _child("reference", request, folder, limits, log)
     out = folder / "out"
@@ -128,7 +138,17 @@ def run_reference(task_file: Path, settings: dict, device: str, scratch: Path, l
 
 
 def run_candidate(
-    candidate, task_file, settings, device, cases, ref_out, scratch, limits, log, lock=None
+    candidate,
+    task_file,
+    settings,
+    contract,
+    device,
+    cases,
+    ref_out,
+    scratch,
+    limits,
+    log,
+    lock=None,
 ):
     """The candidate's run; with a GPU lock, held shared for it until it asks to be alone."""
     folder = scratch / "candidate"
@@ -140,7 +160,7 @@ def run_candidate(
         "candidate": str(folder / "candidate.py"),
         "task_file": str(folder / "task.py"),
         "device": device,
-        "seed": settings["seed"],
+        "contract": contract,
         "cases": cases,
         "inputs_dir": str(ref_out / "inputs"),
         "gpu_memory_fraction": settings["gpu_memory_fraction"],
@@ -194,7 +214,9 @@ def contract(runner: dict, witness: list[dict] | None) -> dict:
     }
 
 
-def compare_all(cases, ref_out: Path, cand_out: Path, ran: list[str]) -> dict:
+def compare_all(cases, ref_out: Path, cand_out: Path, ran: list[str], contract: dict) -> dict:
+    from kbfuse.checks import official
+
     references = {c["name"]: load_tensors(ref_out / "reference" / f"{c['name']}.pt") for c in cases}
     outputs = {}
     for name in [*ran, "after_timing"]:
@@ -204,11 +226,10 @@ def compare_all(cases, ref_out: Path, cand_out: Path, ran: list[str]) -> dict:
     records = {}
     for name, output in outputs.items():
         reference = references["official_0" if name == "after_timing" else name]
-        records[name] = compare.compare_case(reference, output, OFFICIAL_ATOL, OFFICIAL_RTOL)
+        records[name] = compare.compare_case(reference, output, contract)
     loop = {k: v for k, v in outputs.items() if k != "after_timing"}
     return {
-        "atol": OFFICIAL_ATOL,
-        "rtol": OFFICIAL_RTOL,
+        **official.tolerance(contract),
         "cases": records,
         "cached_pairs": compare.cached_calls(cases, references, loop),
     }
@@ -238,18 +259,19 @@ class Evidence:
 
 
 def gather(
-    candidate, task_file, settings, device, scratch: Path, logs: dict, lock=None
+    candidate, task_file, settings, contract, device, scratch: Path, logs: dict, lock=None
 ) -> Evidence:
     """Run the reference, candidate and witness children in `scratch`; compare the tensors."""
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
     with _holding(lock, "shared"):
         cases, info, ref_out = run_reference(
-            task_file, settings, device, scratch, limits, logs["reference"]
+            task_file, settings, contract, device, scratch, limits, logs["reference"]
         )
     outcome, cand_out = run_candidate(
         candidate,
         task_file,
         settings,
+        contract,
         device,
         cases,
         ref_out,
@@ -270,7 +292,7 @@ def gather(
                 "witness", {"builds": builds}, folder, limits, logs["witness"], env
             )
         witness = _read_json(folder / "out" / "witness.json")
-    correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []))
+    correctness = compare_all(cases, ref_out, cand_out, runner.get("cases_run", []), contract)
     correctness["skipped_cases"] = runner.get("skipped_cases", {})
     return Evidence(info, cases, outcome, runner, witness, witness_outcome, correctness)
 
@@ -281,6 +303,7 @@ def check_candidate(
     task: int,
     task_file: str | Path,
     out: str | Path,
+    contract: dict,
     settings: dict | None = None,
     device: str | None = None,
     commit: str | None = None,
@@ -289,9 +312,11 @@ def check_candidate(
     log_dir: str | Path | None = None,
     lock=None,
 ) -> dict:
-    """Check one candidate (see the module docstring); the verdict record, also at `out`.
-    `lock`: the device's GPU lock (kbfuse.workflow.gpulock), or None to take none."""
+    """Check one candidate (see the module docstring) under `contract` (the pinned
+    kernelbench_contract record); the verdict record, also at `out`. `lock`: the device's GPU
+    lock (kbfuse.workflow.gpulock), or None to take none."""
     settings = check_settings(settings)
+    contract = judged_contract(contract, settings)
     candidate, task_file, out = Path(candidate), Path(task_file), Path(out)
     for path, what in ((candidate, "candidate file"), (task_file, "task file")):
         if not path.is_file():
@@ -303,7 +328,7 @@ def check_candidate(
         log.unlink(missing_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="kbfuse-check-"))
     try:
-        evidence = gather(candidate, task_file, settings, device, scratch, logs, lock)
+        evidence = gather(candidate, task_file, settings, contract, device, scratch, logs, lock)
     finally:
         if keep_scratch:
             print(f"scratch kept: {scratch}")
@@ -316,7 +341,7 @@ def check_candidate(
         "sha256": sha256_file(task_file),
         "commit": commit,
     }
-    record = assemble(candidate, task_record, device, settings, survey, evidence)
+    record = assemble(candidate, task_record, device, settings, survey, evidence, contract)
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
     return record
@@ -334,8 +359,28 @@ def trivial_status(info: dict, survey: str | Path | None) -> tuple[dict | None, 
     return info.get("trivial"), "computed by the reference process"
 
 
+def official_block(contract: dict) -> dict:
+    """What the verdict says about the judge: the pinned tolerance and where it was read, the
+    argument order, the seed and trial count used, the contract's commit."""
+    from kbfuse.checks import official
+
+    return {
+        **official.tolerance(contract),
+        "argument_order": list(contract["argument_order"]),
+        "seed": contract["seed"],
+        "trials": contract["trials"],
+        "contract_commit": contract.get("commit"),
+    }
+
+
 def assemble(
-    candidate: Path, task: dict, device: str, settings: dict, survey, evidence: Evidence
+    candidate: Path,
+    task: dict,
+    device: str,
+    settings: dict,
+    survey,
+    evidence: Evidence,
+    contract: dict,
 ) -> dict:
     """The verdict record (kbfuse.candidates.verdict names the checks and decides)."""
     runner, outcome, correctness = evidence.runner, evidence.outcome, evidence.correctness
@@ -363,6 +408,7 @@ def assemble(
         "task": task,
         "environment": _environment(device),
         "settings": settings,
+        "official": official_block(contract),
         "checks": checks,
         "processes": {
             "candidate": outcome.as_dict(),

@@ -31,26 +31,18 @@ def import_file(path: str | Path, prefix: str):
 
 
 def set_seed(seed: int) -> None:
-    """KernelBench's set_seed: torch.manual_seed, and the CUDA generators when CUDA is up."""
-    import torch
+    """KernelBench's set_seed (kbfuse.checks.official)."""
+    from kbfuse.checks import official
 
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed(seed)
+    official.set_seed(seed)
 
 
 def to_device(values: list, device: str) -> list:
-    """Tensors moved to `device` (floating ones as float32), other values as they are."""
-    import torch
+    """KernelBench's input processing: tensors cast to float32 and moved to `device`, other
+    values as they are (kbfuse.checks.official)."""
+    from kbfuse.checks import official
 
-    out = []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            value = value.to(device=device)
-            if value.is_floating_point():
-                value = value.to(torch.float32)
-        out.append(value)
-    return out
+    return official.to_device(values, device)
 
 
 def save_tensors(path: Path, values: Any) -> None:

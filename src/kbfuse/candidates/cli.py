@@ -3,7 +3,11 @@
 The task is `--task`, or the candidate's `# kbfuse-task:` line. Its file comes from a
 KernelBench checkout (`--kernelbench`, default results/kernelbench/checkout, the workflow's
 checkout at the pin; the commit is recorded) or is given directly (`--task-file`, for a task
-outside KernelBench, such as the CPU tests' tiny tasks). Settings come from the `check:` block
+outside KernelBench, such as the CPU tests' tiny tasks). The judge's contract (tolerance,
+argument order, seed, trials) is the pinned evaluator's: read from the `--kernelbench`
+checkout's own source (kbfuse.tasks.evaluator), or from a written contract record
+(`--contract`, e.g. the workflow's results/kernelbench/contract.json). Settings come from the
+`check:` block
 of `--config` when given (config/config.yaml), else the defaults of kbfuse.candidates.spec.
 Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail.
 """
@@ -24,6 +28,10 @@ def add_parser(sub) -> None:
         help="KernelBench checkout at the pin (default: the workflow's)",
     )
     c.add_argument("--task-file", help="the task's Python file, instead of the checkout's")
+    c.add_argument(
+        "--contract",
+        help="a kernelbench_contract record (default: read from the --kernelbench checkout)",
+    )
     c.add_argument("--out", help="verdict JSON (default: results/check/<candidate>.json)")
     c.add_argument("--config", help="a config file whose check: block sets the limits")
     c.add_argument("--survey", help="the survey record of the task (its blind spots)")
@@ -39,6 +47,15 @@ def _settings(config: str | None) -> dict | None:
 
     data = read_config_file(config) or {}
     return data.get("check") if isinstance(data, dict) else None
+
+
+def _contract(args: argparse.Namespace) -> dict:
+    from kbfuse.candidates.check import checkout_commit
+    from kbfuse.tasks.evaluator import read_contract, read_contract_record
+
+    if args.contract:
+        return read_contract_record(args.contract)
+    return read_contract(args.kernelbench, checkout_commit(args.kernelbench))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
         task_file = find_task_file(args.kernelbench, level, task)
         commit = checkout_commit(args.kernelbench)
     out = Path(args.out) if args.out else Path("results/check") / f"{candidate.stem}.json"
+    contract = _contract(args)
     record = check_candidate(
         candidate,
         level,
         task,
         task_file,
         out,
+        contract,
         _settings(args.config),
         device=args.device,
         commit=commit,

@@ -1,8 +1,8 @@
 """Comparing a candidate's outputs with the reference's, in the parent process.
 
 Both sides' tensors are read with `torch.load(weights_only=True)` and compared on the CPU:
-per case the official predicate (`torch.allclose(reference, candidate, atol, rtol)`, the
-pinned KernelBench order and tolerance 1e-2; kbfuse.checks.numerics.official_allclose), the number
+per case the official predicate (kbfuse.checks.official.passes: `torch.allclose` with the
+pinned KernelBench's tolerance and argument order, from its kernelbench_contract), the number
 of bit-identical elements, the largest absolute error and the largest error in units in the
 last place (ULPs: the distance between the two float32 values along the ordered float32
 line; 0 for bit-identical, 1 for adjacent floats; NaN against a number counts as 2^32).
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from kbfuse.checks.numerics import official_allclose
+from kbfuse.checks import official
 
 NAN_ULPS = 2**32
 
@@ -39,7 +39,7 @@ def max_ulps(reference: torch.Tensor, candidate: torch.Tensor) -> int:
     return int(distance.max().item())
 
 
-def compare_case(reference, candidate, atol: float, rtol: float) -> dict:
+def compare_case(reference, candidate, contract: Mapping) -> dict:
     """The case record: problem (None when comparable), pass, bits, errors."""
     base = {"numel": int(reference.numel()) if isinstance(reference, torch.Tensor) else 0}
     if not isinstance(candidate, torch.Tensor):
@@ -57,7 +57,7 @@ def compare_case(reference, candidate, atol: float, rtol: float) -> dict:
     return {
         **base,
         "problem": None,
-        "official_pass": official_allclose(ref, cand, atol, rtol),
+        "official_pass": official.passes(ref, cand, contract),
         "bit_equal": bit_equal,
         "bit_identical": bit_equal == ref.numel(),
         "max_abs": float(finite.max().item()) if finite.numel() else 0.0,

@@ -9,15 +9,17 @@ It writes, under `out`:
 Cases, in call order per model instance (an instance is built once and then called in order,
 so a candidate that caches a result or ignores its input is called with changed inputs and
 weights):
-  official_{i}   KernelBench's protocol at the pin: seed 42 for init inputs and weights (one
-                 instance), trial seeds drawn from torch.manual_seed(42) as
-                 `run_and_check_correctness` does, inputs from the task's get_inputs();
+  official_{i}   KernelBench's protocol at the pin (kbfuse.checks.official, with the pinned
+                 kernelbench_contract the request carries): its seed for init inputs and weights
+                 (one instance), its trial seeds drawn as `run_and_check_correctness` does,
+                 inputs from the task's get_inputs() under each trial seed;
   weights        the official instance after an in-place change of every parameter
                  (p * 1.25 + 0.001, in name order), on official_0's inputs;
   {dist}_s{seed} a fresh instance per seed (weights from that seed); each float32 input drawn
                  from the study's distribution (kbfuse.tasks.inputs) with that seed.
 Models stay in training mode, as KernelBench's evaluator leaves them; every call runs under
-torch.no_grad().
+torch.no_grad(). The trivial-candidate status (reference.json) is kbfuse.checks.official's,
+over every official case: the survey's blind spots, on the same trials.
 """
 
 from __future__ import annotations
@@ -31,16 +33,9 @@ from kbfuse.candidates.childio import (
     to_device,
     write_json,
 )
+from kbfuse.checks import official
 
 PERTURB_SCALE, PERTURB_SHIFT = 1.25, 0.001
-
-
-def trial_seeds(seed: int, trials: int) -> list[int]:
-    """KernelBench's correctness trial seeds (eval.run_and_check_correctness at the pin)."""
-    import torch
-
-    torch.manual_seed(seed)
-    return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
 
 
 def perturb_weights(model) -> list[str]:
@@ -60,7 +55,7 @@ def build_cases(request: dict) -> list[dict]:
     """The case list (see the module docstring); inputs are drawn by `case_inputs`."""
     cases = [
         {"name": f"official_{i}", "group": "official", "instance": "official", "seed": s}
-        for i, s in enumerate(trial_seeds(request["seed"], request["official_trials"]))
+        for i, s in enumerate(official.trial_seeds(request["contract"]))
     ]
     cases.append(
         {
@@ -86,19 +81,14 @@ def build_cases(request: dict) -> list[dict]:
 
 
 def instance_seed(instance: str, request: dict) -> int:
-    return request["seed"] if instance == "official" else int(instance.removeprefix("seed"))
+    if instance == "official":
+        return request["contract"]["seed"]
+    return int(instance.removeprefix("seed"))
 
 
 def build_instance(task, cls, seed: int, device: str):
-    """KernelBench's construction: set_seed, init inputs, set_seed, cls(*init), to device."""
-    import torch
-
-    set_seed(seed)
-    init = to_device(list(task.get_init_inputs()), device)
-    set_seed(seed)
-    with torch.no_grad():
-        model = cls(*init)
-    return model.to(device=device, dtype=torch.float32)
+    """KernelBench's construction (kbfuse.checks.official.instance) of class `cls`."""
+    return official.instance(task, seed, device, cls)
 
 
 def case_inputs(task, case: dict, made: dict) -> list:
@@ -121,33 +111,6 @@ def case_inputs(task, case: dict, made: dict) -> list:
     ]
 
 
-def trivial_status(reference, inputs: list, atol: float, rtol: float) -> dict:
-    """Does a trivial output pass the official predicate against this reference output?"""
-    import torch
-
-    def passes(candidate) -> bool:
-        return bool(torch.allclose(reference, candidate, atol=atol, rtol=rtol))
-
-    ref = reference.float()
-    status = {
-        "zeros": {"applicable": True, "passes": passes(torch.zeros_like(ref))},
-        "mean_constant": {
-            "applicable": True,
-            "passes": passes(torch.full_like(ref, float(ref.mean()))),
-            "value": float(ref.mean()),
-        },
-    }
-    first = inputs[0] if inputs else None
-    same = isinstance(first, torch.Tensor) and first.shape == ref.shape
-    status["input_identity"] = {
-        "applicable": same,
-        "passes": passes(first.to(ref.device, ref.dtype)) if same else None,
-    }
-    status["blind_spot"] = any(v["passes"] for v in status.values() if v["passes"])
-    status["compared"] = "official_0: eager output, KernelBench's seed and inputs"
-    return status
-
-
 def run_reference(request: dict, out: Path) -> None:
     import torch
 
@@ -157,6 +120,7 @@ def run_reference(request: dict, out: Path) -> None:
     models: dict[str, object] = {}
     made: dict[str, list] = {}
     info: dict = {}
+    trials = []
     for case in cases:
         inputs = case_inputs(task, case, made)
         made[case["name"]] = inputs
@@ -168,16 +132,19 @@ def run_reference(request: dict, out: Path) -> None:
         model = models[instance]
         if case.get("perturb"):
             case["perturbed"] = perturb_weights(model)
-        with torch.no_grad():
-            output = model(*to_device(inputs, device))
+        if case["group"] == "official":  # as the evaluator calls its reference
+            output = official.reference_call(model, to_device(inputs, device), case["seed"])
+        else:
+            with torch.no_grad():
+                output = model(*to_device(inputs, device))
         if not isinstance(output, torch.Tensor):
             raise TypeError(f"task Model returned {type(output).__name__}, not a tensor")
         save_tensors(out / "inputs" / f"{case['name']}.pt", inputs)
         save_tensors(out / "reference" / f"{case['name']}.pt", output.detach().cpu())
         if case["name"] == "official_0":
             info["output"] = {"shape": list(output.shape), "dtype": str(output.dtype)}
-            info["trivial"] = trivial_status(
-                output.detach(), to_device(inputs, device), request["atol"], request["rtol"]
-            )
+        if case["group"] == "official":
+            trials.append((output.detach(), to_device(inputs, device)))
+    info["trivial"] = official.trivial_status(trials, request["contract"])
     write_json(out / "cases.json", cases)
     write_json(out / "reference.json", info)

@@ -90,7 +90,8 @@ class Runner:
         if not hasattr(self.module, "ModelNew"):
             raise AttributeError("the candidate file defines no ModelNew")
         self.record["triton"] = capture.triton_used(self.module)
-        self.make(self.request["seed"])  # constructing may compile: still the build stage
+        # constructing may compile: still the build stage
+        self.make(self.request["contract"]["seed"])
 
     def make(self, seed: int):
         return self.settled(build_instance(self.task, self.module.ModelNew, seed, self.device))
@@ -164,8 +165,9 @@ class Runner:
     def timing_setup(self) -> None:
         inputs_dir = Path(self.request["inputs_dir"])
         self.x = self.settled(to_device(load_tensors(inputs_dir / "official_0.pt"), self.device))
-        self.model = build_instance(self.task, self.task.Model, self.request["seed"], self.device)
-        self.candidate = self.make(self.request["seed"])
+        seed = self.request["contract"]["seed"]
+        self.model = build_instance(self.task, self.task.Model, seed, self.device)
+        self.candidate = self.make(seed)
 
     def guard_stage(self) -> None:
         """Set up the timing's instances, build the baselines, then, with the GPU alone, the

@@ -35,8 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "time_limit_s": 600.0,
     "memory_limit_mb": 32768,
     "gpu_memory_fraction": 0.5,
-    "official_trials": 5,
-    "seed": 42,
+    "official_trials": None,  # None: the pinned evaluator's (kbfuse.tasks.evaluator)
+    "seed": None,
     "seeds": [0, 1],
     "distributions": ["uniform", "normal", "uniform_x100", "uniform_xneg100"],
     "baselines": list(BASELINES),
@@ -118,8 +118,10 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
     fraction = _positive_number(s["gpu_memory_fraction"], "check.gpu_memory_fraction")
     if fraction > 1:
         raise KbfuseError(f"check.gpu_memory_fraction is {fraction!r}: it must be <= 1")
-    int_at_least(s["official_trials"], "check.official_trials")
-    int_at_least(s["seed"], "check.seed", 0)
+    if s["official_trials"] is not None:
+        int_at_least(s["official_trials"], "check.official_trials")
+    if s["seed"] is not None:
+        int_at_least(s["seed"], "check.seed", 0)
     seeds = s["seeds"]
     if not isinstance(seeds, list) or not seeds:
         raise KbfuseError(f"check.seeds is {seeds!r}: it must be a non-empty list")

@@ -4,9 +4,11 @@
 validated against the JSON Schema of its kind, into a `StudyResults`. Before any table is
 built the inputs are checked against each other: every artifact sha256 recorded by verify,
 correctness, timing and controls must be the one in the current compile metadata, and every
-pin commit and task sha256 the one in the current KernelBench pin record. A mismatch means a
-result was produced from something that no longer exists (stale) or was edited (tampered),
-and is refused.
+pin commit and task sha256 the one in the current KernelBench pin record; the official
+contract (kernelbench_contract) must be read at the pinned commit, and every record that
+judged with a tolerance (correctness, the baselines' correctness, controls, the direction
+witness) must name the contract's. A mismatch means a result was produced from something that
+no longer exists (stale) or was edited (tampered), and is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class StudyResults:
     root: Path
     pin: dict
     fingerprint: dict
+    contract: dict
     compile_meta: dict[str, dict] = field(default_factory=dict)
     verify: dict[str, dict] = field(default_factory=dict)
     correctness: dict[tuple[int, str], dict] = field(default_factory=dict)
@@ -95,6 +98,7 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
         root=root,
         pin=loaded[("kernelbench_pin",)],
         fingerprint=loaded[("env",)],
+        contract=loaded[("kernelbench_contract",)],
         witness81=loaded.get(("witness81",)),
         margin_audit=loaded[("margin_audit",)],
         direction_witness=loaded[("direction_witness",)],
@@ -140,6 +144,7 @@ def check_provenance(res: StudyResults) -> None:
             raise KbfuseError(f"{pin_path}: field tasks.{task} is missing")
         return pin_tasks[str(task)]["sha256"]
 
+    check_tolerances(res, pin_commit)
     artifacts: dict[str, str] = {}
     for v, meta in res.compile_meta.items():
         path = res.paths[("compile", v)]
@@ -209,6 +214,24 @@ def check_provenance(res: StudyResults) -> None:
         path = res.paths[("witness81",)]
         pin_fields(res.witness81, path, WITNESS_TASK)
         artifact_map(res.witness81, path, record_field(res.witness81, "variants", path))
+
+
+def check_tolerances(res: StudyResults, pin_commit: str) -> None:
+    """The contract is the pinned evaluator's, and every record judged with its tolerance."""
+    path = res.paths[("kernelbench_contract",)]
+    _expect(path, "commit", record_field(res.contract, "commit", path), pin_commit, "the pin")
+    official = {"atol": res.contract["atol"], "rtol": res.contract["rtol"]}
+    judged = [
+        *((res.paths[("correctness", *key)], rec, "tolerance") for key, rec in res.correctness.items()),
+        *((res.paths[("correctness_baselines", t)], rec, "tolerance") for t, rec in res.baselines.items()),
+        *((res.paths[("controls", t)], rec, "tolerance") for t, rec in res.controls.items()),
+    ]  # fmt: skip
+    for where, rec, dotted in judged:
+        recorded = record_field(rec, dotted, where)
+        _expect(where, dotted, recorded, official, str(path))
+    witness = res.paths[("direction_witness",)]
+    recorded = {k: record_field(res.direction_witness, k, witness) for k in ("atol", "rtol")}
+    _expect(witness, "atol, rtol", recorded, official, str(path))
 
 
 def control_variants(ctl: Mapping) -> list[str]:

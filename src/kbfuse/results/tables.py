@@ -620,11 +620,20 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: node}
 
 
+CONTRACT_FIELDS = ("atol", "rtol", "tolerance_source", "argument_order", "seed", "trials")
+
+
 def environment_table(res: StudyResults) -> pd.DataFrame:
+    """The fingerprint, then the official contract the run was judged by (`official.*`)."""
     rows = [
         {"field": k, "value": json.dumps(v) if isinstance(v, list) else v}
         for k, v in flatten(res.fingerprint).items()
         if k not in ("kind", "schema_version")
+    ]
+    contract = {f"official.{k}": res.contract[k] for k in CONTRACT_FIELDS}
+    rows += [
+        {"field": k, "value": json.dumps(v) if isinstance(v, list) else v}
+        for k, v in flatten(contract).items()
     ]
     return pd.DataFrame(rows, columns=["field", "value"])
 

@@ -6,8 +6,9 @@ Each step is its own small module with one job:
 
 - `settings`: the `survey:` config block (defaults, checks, numerics modes);
 - `tasks`: which task files exist at the pin, loading one task seeded, its inputs;
-- `determinism`, `flops`, `baselines`, `correctness`, `timing`, `profile`, `blindspots`:
-  the measurements, each returning plain JSON-ready data;
+- `determinism`, `flops`, `baselines`, `correctness`, `timing`, `profile`: the measurements,
+  each returning plain JSON-ready data (blind spots and the official predicate:
+  `kbfuse.checks.official`, shared with the study and `kbfuse check`);
 - `job`: runs them in order, records every baseline failure with its stage, writes the record;
 - `classify`, `peaks`, `anchor`, `summary`, `plots`, `wall`: the summary over every record
   (kernel categories, the GPU's peak, KernelBench's own H100 timings, tables, plots, where the

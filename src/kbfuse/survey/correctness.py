@@ -1,20 +1,23 @@
-"""Correctness of one baseline's output against eager's, as KernelBench would judge it.
+"""Correctness of one baseline against eager, as KernelBench's evaluator judges a candidate.
 
-`official_pass` is the pinned KernelBench predicate in its argument order, reference first:
-`torch.allclose(reference, candidate, atol=1e-2, rtol=1e-2)`, whose relative term is scaled
-by |candidate| (kbfuse.checks.numerics.official_allclose). The direction audit of the study records
-both readings: `candidate_scaled_pass` (the official one) and `reference_scaled_pass` (the
-arguments swapped, kbfuse.checks.numerics.historical_allclose); a baseline whose verdict depends on
-the direction sits on the tolerance's edge. Beside the verdicts: how many elements are not
-bit-equal, the largest absolute difference and the largest relative difference
-|ref - cand| / |ref| over the elements where ref != 0 (non-finite values are written as the
-strings "nan"/"inf", kbfuse.io.jsonable).
+The baseline is the candidate, eager the reference, on KernelBench's official trials (each
+trial's inputs drawn under its trial seed, eager called after `set_seed(trial seed)` and the
+baseline right after it; kbfuse.checks.official). `official_pass` holds when every trial
+passes the pinned predicate (`kbfuse.checks.official.passes`: the pinned tolerance and
+argument order, from the `kernelbench_contract` record). The direction audit of the study
+records both readings over the same trials: `candidate_scaled_pass` (|candidate| scales the
+relative term, as torch.allclose(reference, candidate) does) and `reference_scaled_pass`; a
+baseline whose verdict depends on the direction sits on the tolerance's edge. Beside the
+verdicts, over all trials: how many elements are not bit-equal, the largest absolute
+difference and the largest relative difference |ref - cand| / |ref| over the elements where
+ref != 0 (non-finite values are written as the strings "nan"/"inf", kbfuse.io.jsonable).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from kbfuse.errors import KbfuseError
-from kbfuse.survey.blindspots import OFFICIAL_ATOL, OFFICIAL_RTOL
 
 
 def _check_output(reference, candidate) -> None:
@@ -32,34 +35,58 @@ def _check_output(reference, candidate) -> None:
         )
 
 
-def compare(reference, candidate) -> dict:
-    """The record's `correctness` block of one baseline (`candidate`) against eager."""
+def _errors(reference, candidate) -> tuple[float, float]:
     import torch
 
-    from kbfuse.checks.numerics import bit_equal_count, historical_allclose, official_allclose
-
-    _check_output(reference, candidate)
-    candidate = candidate.to(reference.device)
     with torch.no_grad():
         diff = (reference.double() - candidate.double()).abs()
         nonzero = reference != 0
         rel = diff[nonzero] / reference.double().abs()[nonzero]
         max_abs = float(diff.max().item()) if diff.numel() else 0.0
         max_rel = float(rel.max().item()) if rel.numel() else 0.0
-    official = official_allclose(reference, candidate, OFFICIAL_ATOL, OFFICIAL_RTOL)
+    return max_abs, max_rel
+
+
+def _nan_max(values: list[float]) -> float:
+    """The largest value; NaN if any is NaN (a NaN error must not hide behind a number)."""
+    return max(values, key=lambda v: (v != v, v)) if values else 0.0
+
+
+def compare(trials: Sequence[tuple], contract: Mapping) -> dict:
+    """The record's `correctness` block of one baseline: `trials` holds (eager's output, the
+    baseline's output) per official trial, in trial order."""
+    from kbfuse.checks import official
+    from kbfuse.checks.numerics import bit_equal_count
+
+    if not trials:
+        raise KbfuseError("a baseline's correctness needs at least one official trial")
+    reversed_order = dict(contract, argument_order=list(reversed(contract["argument_order"])))
+    failed, reference_scaled, not_bit_equal, numel, abs_errors, rel_errors = [], True, 0, 0, [], []
+    for index, (reference, candidate) in enumerate(trials):
+        _check_output(reference, candidate)
+        candidate = candidate.to(reference.device)
+        if not official.passes(reference, candidate, contract):
+            failed.append(index)
+        reference_scaled &= official.passes(reference, candidate, reversed_order)
+        numel += int(reference.numel())
+        not_bit_equal += int(reference.numel()) - bit_equal_count(reference, candidate)
+        max_abs, max_rel = _errors(reference, candidate)
+        abs_errors.append(max_abs)
+        rel_errors.append(max_rel)
+    scale_first = contract["argument_order"][1] == "candidate"
     return {
-        "official_pass": official,
-        "atol": OFFICIAL_ATOL,
-        "rtol": OFFICIAL_RTOL,
-        "numel": int(reference.numel()),
-        "not_bit_equal": int(reference.numel()) - bit_equal_count(reference, candidate),
-        "max_abs": max_abs,
-        "max_rel": max_rel,
+        "official_pass": not failed,
+        **official.tolerance(contract),
+        "compared": f"eager on KernelBench's {len(trials)} official trials",
+        "trials": len(trials),
+        "failed_trials": failed,
+        "numel": numel,
+        "not_bit_equal": not_bit_equal,
+        "max_abs": _nan_max(abs_errors),
+        "max_rel": _nan_max(rel_errors),
         "direction": {
-            "candidate_scaled_pass": official,
-            "reference_scaled_pass": historical_allclose(
-                reference, candidate, OFFICIAL_ATOL, OFFICIAL_RTOL
-            ),
+            "candidate_scaled_pass": not failed if scale_first else reference_scaled,
+            "reference_scaled_pass": reference_scaled if scale_first else not failed,
         },
     }
 

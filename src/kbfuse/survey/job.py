@@ -1,12 +1,16 @@
 """One survey job: one task, every configured numerics mode, one `survey_task` record per mode.
 
-`run_survey_task` loads the pinned task (its sha256 re-checked) and seeds and instantiates it
-as KernelBench does. Then, sharing the GPU with other survey jobs (kbfuse.workflow.gpulock),
-for each numerics mode in turn: the mode's TF32 switches, eager's reference output and its
-statistics, the determinism check, FLOPs and bytes, the blind spots and each baseline's
-correctness against eager. The baselines are built once, under the first mode whose eager
-forward ran (TF32 is a run-time switch of cuBLAS and cuDNN, read at each call: a traced or
-compiled forward follows the mode in force), and the record says in which mode (`job`). Then,
+`run_survey_task` loads the pinned task (its sha256 re-checked) and builds it, and draws its
+timing inputs, as KernelBench's evaluator does (kbfuse.checks.official, with the pinned
+`kernelbench_contract`). Then, sharing the GPU with other survey jobs (kbfuse.workflow.gpulock),
+for each numerics mode in turn: the mode's TF32 switches, eager's reference output on the
+timing inputs and its statistics, the determinism check, FLOPs and bytes; then KernelBench's
+official trials (each trial's inputs under its own trial seed): the blind spots (does a
+trivial output pass every trial?) and each baseline's correctness against eager. The
+baselines are built once, under the first mode whose eager forward ran (TF32 is a run-time
+switch of cuBLAS and cuDNN, read at each call by eager and Inductor), except TorchScript,
+whose trace records the cuDNN switches as constants and is traced again in each mode
+(`baselines.MODE_BOUND`); each baseline's entry names the mode it was built in. Then,
 alone on the GPU, for each mode: the timing of every baseline that passed those stages, their
 kernel profiles, the ratios. A baseline failing at any stage is recorded with that stage and
 the job goes on; if eager itself fails in a mode, that mode's record says so and holds no
@@ -31,12 +35,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kbfuse.checks import official
 from kbfuse.errors import KbfuseError
 from kbfuse.io import jsonable, write_json
 from kbfuse.results import records
-from kbfuse.survey import baselines, blindspots, correctness, determinism, flops, profile, tasks
+from kbfuse.survey import baselines, correctness, determinism, flops, profile, tasks
 from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.settings import set_numerics
+from kbfuse.tasks.evaluator import read_contract_record
 from kbfuse.tasks.kernelbench import load_task, read_pin
 from kbfuse.workflow import gpulock
 
@@ -81,6 +87,7 @@ def _baseline_entry() -> dict:
     return {
         "status": "ok",
         "failure": None,
+        "built_in": None,
         "build_s": None,
         "correctness": None,
         "timing": None,
@@ -97,10 +104,13 @@ def _fail(entry: dict, stage: str, exc: BaseException, say) -> None:
 class _Task:
     """The loaded task and the settings of this job, with its progress log."""
 
-    def __init__(self, checkout, pin_path, settings: dict, say):
+    def __init__(self, checkout, pin_path, settings: dict, contract: dict, say):
         self.settings = settings
+        self.contract = official.check_contract(contract, "the survey's kernelbench contract")
         self.device = settings["device"]
-        self.seed = settings["seed"]
+        self.seed = contract["seed"] if settings["seed"] is None else settings["seed"]
+        self.trial_seeds = official.trial_seeds({**self.contract, "seed": self.seed})
+        self.trial_draws: list[list] | None = None
         self.semantics = settings["semantics"]
         self.protocol = survey_timing.check_protocol(settings)
         self.pin = read_pin(pin_path)
@@ -122,11 +132,19 @@ class _Task:
             "commit": self.pin["commit"],
             "semantics": self.semantics,
             "seed": self.seed,
+            "official": {
+                **official.tolerance(self.contract),
+                "argument_order": list(self.contract["argument_order"]),
+                "trials": len(self.trial_seeds),
+                "trial_seeds": self.trial_seeds,
+                "contract_commit": self.contract.get("commit"),
+            },
         }
 
 
 class _Mode:
-    """One numerics mode of the job: its record and the baselines still ok in it."""
+    """One numerics mode of the job: its record, the baselines still ok in it (their timing
+    runs) and their forwards."""
 
     def __init__(self, name: str, record: dict):
         self.name = name
@@ -161,55 +179,87 @@ def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> Non
 
 
 def _reference(t: _Task, m: _Mode, eager, model, inputs) -> bool:
-    """Eager's output in mode `m` and what is learnt from it; False when eager failed."""
+    """Eager's output in mode `m` on the timing inputs and what is learnt from it, then the
+    blind spots on the official trials; False when eager failed."""
     record = m.record
+    run = baselines.bind(eager, inputs)
     try:
-        m.reference = determinism.seeded_call(eager, t.seed)
+        m.reference = determinism.seeded_call(run, t.seed)
         record["output"] = correctness.output_stats(m.reference)
     except Exception as exc:  # noqa: BLE001 - the record says eager failed
         _eager_failed(t, record, "build", exc)
         return False
     t.say(f"{m.name}: determinism, flops, blind spots")
-    record["determinism"] = determinism.check(eager, t.seed)
-    record["flops"] = flops.count(eager)
+    record["determinism"] = determinism.check(run, t.seed)
+    record["flops"] = flops.count(run)
     record["bytes"] = flops.sizes(model, inputs, m.reference)
-    record["blind_spots"] = blindspots.check(m.reference, inputs)
-    record["blind_spot"] = blindspots.any_passes(record["blind_spots"])
+    try:
+        spots = official.trivial_status(_eager_trials(t, eager), t.contract)
+    except Exception as exc:  # noqa: BLE001
+        _eager_failed(t, record, "official trials", exc)
+        return False
+    record["blind_spot"] = spots.pop("blind_spot")
+    record["blind_spots"] = spots
     return True
 
 
-def _build(t: _Task, model, inputs) -> dict[str, tuple]:
-    """name -> (run, build_s, None) or (None, None, the exception that stopped its build)."""
+def _trial_inputs(t: _Task):
+    """(trial seed, inputs on the device) of each official trial, one set on the device at a
+    time. Drawn once per job on the CPU, as the evaluator draws them, and kept there."""
+    if t.trial_draws is None:
+        t.trial_draws = [official.inputs(t.spec.module, s, "cpu") for s in t.trial_seeds]
+    for seed, values in zip(t.trial_seeds, t.trial_draws, strict=True):
+        yield seed, official.to_device(values, t.device)
+
+
+def _eager_trials(t: _Task, eager):
+    for seed, values in _trial_inputs(t):
+        yield official.reference_call(eager, values, seed), values
+
+
+def _build(t: _Task, model, inputs, names, mode: str) -> dict[str, tuple]:
+    """name -> (forward, build_s, mode, None) or (None, None, mode, the exception that
+    stopped its build)."""
     builds = {}
-    for name in t.settings["baselines"]:
-        t.say(f"baseline {name}: build")
+    for name in names:
+        t.say(f"baseline {name}: build ({mode})")
         try:
-            run, build_s = baselines.build(name, model, inputs, t.semantics, _sync(t.device))
+            forward, build_s = baselines.build(name, model, inputs, t.semantics, _sync(t.device))
         except Exception as exc:  # noqa: BLE001 - recorded, the survey goes on
-            builds[name] = (None, None, exc)
+            builds[name] = (None, None, mode, exc)
             continue
         t.say(f"baseline {name}: built in {build_s:.2f} s")
-        builds[name] = (run, build_s, None)
+        builds[name] = (forward, build_s, mode, None)
     return builds
 
 
-def _check(t: _Task, m: _Mode, builds: dict[str, tuple]) -> None:
-    """Each built baseline against eager in mode `m`; those that pass stay in `m.runs`."""
+def _official_pairs(t: _Task, eager, forward):
+    """(eager, baseline) outputs per official trial, as the evaluator makes them: eager after
+    set_seed(trial seed), the baseline right after it."""
+    for seed, values in _trial_inputs(t):
+        reference = official.reference_call(eager, values, seed)
+        yield reference, forward(*values)
+
+
+def _check(t: _Task, m: _Mode, eager, inputs, builds: dict[str, tuple]) -> None:
+    """Each built baseline against eager on the official trials in mode `m`; all of them stay
+    in `m.runs` to be timed (a failed official check is recorded, not hidden: the summary
+    keeps such a baseline out of "best compiled")."""
     entries = m.record["baselines"] = {}
-    for name, (run, build_s, exc) in builds.items():
+    for name, (forward, build_s, built_in, exc) in builds.items():
         entry = entries[name] = _baseline_entry()
-        entry["build_s"] = build_s
-        if run is None:
+        entry.update(build_s=build_s, built_in=built_in)
+        if forward is None:
             _fail(entry, "build", exc, t.say)
             continue
         try:
             entry["correctness"] = correctness.compare(
-                m.reference, determinism.seeded_call(run, t.seed)
+                list(_official_pairs(t, eager, forward)), t.contract
             )
         except Exception as exc:  # noqa: BLE001
             _fail(entry, "correctness", exc, t.say)
             continue
-        m.runs[name] = run
+        m.runs[name] = baselines.bind(forward, inputs)
 
 
 def _time(t: _Task, m: _Mode) -> None:
@@ -259,16 +309,16 @@ def _new_record(t: _Task, mode: str, phases: Phases, job: dict) -> dict:
 
 
 def survey_task(
-    checkout, pin_path, settings: dict, modes: list[str], say=print, lock=None
+    checkout, pin_path, settings: dict, contract: dict, modes: list[str], say=print, lock=None
 ) -> dict[str, dict]:
     """The `survey_task` records (not written) of the pinned task in `pin_path`, one per
-    numerics mode in `modes`. `lock`: the GPU lock (kbfuse.workflow.gpulock), by default the
-    one of the configured device."""
+    numerics mode in `modes`, judged by `contract` (a kernelbench_contract record). `lock`:
+    the GPU lock (kbfuse.workflow.gpulock), by default the one of the configured device."""
     if not modes:
         raise KbfuseError("a survey job needs at least one numerics mode")
     phase = Phases()
     with phase("load"):
-        t = _Task(checkout, pin_path, settings, say)
+        t = _Task(checkout, pin_path, settings, contract, say)
         say(f"task {t.task} ({t.spec.name}), numerics {modes}, semantics {t.semantics}, {t.device}")
         lock = gpulock.for_device(t.device) if lock is None else lock
         job = {"modes": list(modes), "built_in": None, "rerun_alone": False}
@@ -360,8 +410,12 @@ def _time_and_profile(t: _Task, per_mode: list[_Mode], phase: Phases) -> None:
 
 
 def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> None:
-    model, inputs = tasks.instantiate(t.spec, t.seed, t.semantics, t.device)
+    model = official.instance(t.spec.module, t.seed, t.device)
+    model = model.train() if t.semantics == "kernelbench" else model.eval()
+    inputs = official.inputs(t.spec.module, t.seed, t.device)
     eager = baselines.make("eager", model, inputs, t.semantics)
+    shared = [n for n in t.settings["baselines"] if n not in baselines.MODE_BOUND]
+    bound = [n for n in t.settings["baselines"] if n in baselines.MODE_BOUND]
     builds = None
     for m in per_mode:
         m.record["inputs"] = tasks.describe_inputs(inputs)
@@ -369,19 +423,23 @@ def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> None:
         if not _reference(t, m, eager, model, inputs):
             continue
         if builds is None:  # in the first mode whose eager forward ran
-            builds = _build(t, model, inputs)
+            builds = _build(t, model, inputs, shared, m.name)
             job["built_in"] = m.name
-        _check(t, m, builds)
+        mode_builds = {**builds, **_build(t, model, inputs, bound, m.name)}
+        order = t.settings["baselines"]
+        _check(t, m, eager, inputs, {n: mode_builds[n] for n in order if n in mode_builds})
         m.record["compile_cache"] = baselines.compile_cache_counts()
 
 
 def run_survey_task(
-    checkout, pin_path, settings: dict, outs: dict, say=print, lock=None
+    checkout, pin_path, settings: dict, contract_path, outs: dict, say=print, lock=None
 ) -> dict[str, dict]:
-    """Run the job for every mode of `outs` ({numerics mode: record path}) and write the
-    records once all of them are valid."""
+    """Run the job for every mode of `outs` ({numerics mode: record path}), judged by the
+    kernelbench_contract record at `contract_path`, and write the records once all of them
+    are valid."""
     start = time.perf_counter()
-    made = survey_task(checkout, pin_path, settings, list(outs), say, lock)
+    contract = read_contract_record(contract_path)
+    made = survey_task(checkout, pin_path, settings, contract, list(outs), say, lock)
     made = {mode: jsonable(record) for mode, record in made.items()}
     for mode, record in made.items():
         records.validate_record(record, KIND, str(outs[mode]))

@@ -5,13 +5,17 @@ and the pinned KernelBench checkout for the anchor timings (`kbfuse.survey.ancho
 under one directory, each table as CSV (every digit) and Markdown:
 
 - `survey_<mode>`: one row per task, sorted by the time spent outside library kernels in the
-  best compiled baseline (largest first): the time of every baseline, the best compiled one,
+  best compiled baseline (largest first): the time of every baseline and whether it passes
+  the official check (`<baseline>_official`), the best compiled one (the fastest compiled
+  baseline that passes the official check: a faster one that fails it is no baseline),
   its library kernel time (`kbfuse.survey.classify`), the time outside it (ms, %, and its
   q1-q3 spread), the fusion ceiling (best compiled / library time: what a perfect fusion of
   everything else would give), the main op's FLOP/s achieved by the library kernels against
   the GPU's peak (`kbfuse.survey.peaks`), `rank_safe` (this row's spread overlaps neither
   neighbour's), the blind-spot and nondeterminism flags, and KernelBench's anchor timings;
-- `failures`: every baseline that could not be built, checked, timed or profiled;
+- `failures`: every baseline that could not be built, checked, timed or profiled, and every
+  one that fails the official check (stage `official check`: how many trials, the largest
+  error, the pinned tolerance);
 - `unclassified`: kernel names no pattern matches, with where they ran;
 - `categories`: per task, the kernel time per category of eager and of the best compiled
   baseline (the plots' data);
@@ -43,7 +47,8 @@ COLD = "cold_l2"
 BEST = "best compiled"
 
 TABLES = {
-    "failures": "every baseline that failed: task, numerics, baseline, stage, error, message",
+    "failures": "every baseline that failed a stage or fails the official check: task, "
+    "numerics, baseline, stage, error, message",
     "unclassified": "kernel names that no classifier pattern matches, and where they ran",
     "categories": "kernel time per category of eager and the best compiled baseline, per task",
 }
@@ -152,9 +157,20 @@ def stats_of(rec: Mapping, baseline: str, method: str | None) -> dict | None:
     return b["timing"].get(method) if b and method else None
 
 
+def official_pass(entry: Mapping) -> bool | None:
+    """Did a baseline pass the official check against eager (None: never checked)?"""
+    correctness = entry.get("correctness")
+    return None if not correctness else correctness.get("official_pass") is True
+
+
 def best_compiled(rec: Mapping, method: str | None) -> str | None:
-    """The compiled (non-eager) baseline with the lowest median in the task's method."""
-    timed = {n: stats_of(rec, n, method) for n in ok_baselines(rec) if n != "eager"}
+    """The compiled (non-eager) baseline with the lowest median in the task's method, among
+    those that pass the official check."""
+    timed = {
+        n: stats_of(rec, n, method)
+        for n, b in ok_baselines(rec).items()
+        if n != "eager" and official_pass(b)
+    }
     timed = {n: s for n, s in timed.items() if s}
     return min(timed, key=lambda n: timed[n]["median_ms"]) if timed else None
 
@@ -256,8 +272,16 @@ def task_row(rec: Mapping, baselines: Sequence[str], anchor: Mapping | None) -> 
     failed = [n for n, b in rec["baselines"].items() if b.get("status") != "ok"]
     if failed:
         notes.append("failed: " + ", ".join(failed))
+    wrong = [n for n, b in rec["baselines"].items() if official_pass(b) is False]
+    if wrong:
+        notes.append("fails the official check: " + ", ".join(wrong))
     row: dict[str, Any] = {"task": rec["task"], "file": rec["file"]}
     row |= {f"{b}_ms": _median(stats_of(rec, b, method)) for b in baselines}
+    row |= {
+        f"{b}_official": official_pass(rec["baselines"].get(b) or {})
+        for b in baselines
+        if b != "eager"
+    }
     row |= {
         "method": method,
         "best_compiled": best,
@@ -310,24 +334,46 @@ def main_rows(recs: Sequence[Mapping], anchor: Mapping | None) -> list[dict]:
     return rank_rows([task_row(rec, baselines, anchor) for rec in recs])
 
 
+OFFICIAL_FAILURE = "official check"
+
+
+def official_failure(correctness: Mapping) -> dict:
+    """A baseline's failed official check as a failures-table entry."""
+    failed, trials = len(correctness.get("failed_trials") or []), correctness.get("trials")
+    return {
+        "stage": OFFICIAL_FAILURE,
+        "error": "not close to eager",
+        "message": (
+            f"fails {failed} of {trials} official trials: max abs error "
+            f"{correctness.get('max_abs')}, max rel {correctness.get('max_rel')} "
+            f"(atol {correctness.get('atol')}, rtol {correctness.get('rtol')})"
+        ),
+    }
+
+
 def failure_rows(by_mode: Mapping[str, Sequence[Mapping]]) -> list[dict]:
+    """Every baseline that failed a stage, or that ran but fails the official check."""
     rows = []
     for mode, recs in by_mode.items():
         for rec in recs:
             for name, b in rec["baselines"].items():
-                failure = b.get("failure") or {}
                 if b.get("status") != "ok":
-                    rows.append(
-                        {
-                            "task": rec["task"],
-                            "file": rec["file"],
-                            "numerics": mode,
-                            "baseline": name,
-                            "stage": failure.get("stage"),
-                            "error": failure.get("error"),
-                            "message": failure.get("message"),
-                        }
-                    )
+                    failure = b.get("failure") or {}
+                elif official_pass(b) is False:
+                    failure = official_failure(b["correctness"])
+                else:
+                    continue
+                rows.append(
+                    {
+                        "task": rec["task"],
+                        "file": rec["file"],
+                        "numerics": mode,
+                        "baseline": name,
+                        "stage": failure.get("stage"),
+                        "error": failure.get("error"),
+                        "message": failure.get("message"),
+                    }
+                )
     return rows
 
 

@@ -5,11 +5,10 @@ records the configured survey tasks (the workflow's checkpoint: `tasks: all` is 
 here). A task is then pinned with `kbfuse.tasks.kernelbench.pin_task` (its file's sha256) and
 imported with `kbfuse.tasks.kernelbench.load_task`, which re-hashes it.
 
-`instantiate` follows KernelBench's evaluator: `torch.manual_seed(seed)`, then
-`Model(*get_init_inputs())` on the CPU, moved to the device; `torch.manual_seed(seed)` again,
-then `get_inputs()`, tensors moved to the device. Semantics `kernelbench` leaves the module in
-training mode (the evaluator never calls `.eval()`, so BatchNorm and Dropout behave as in
-training); `eval` calls `.eval()`.
+The model and its inputs are built as KernelBench's evaluator builds them
+(kbfuse.checks.official). Semantics `kernelbench` leaves the module in training mode (the
+evaluator never calls `.eval()`, so BatchNorm and Dropout behave as in training); `eval` calls
+`.eval()`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from kbfuse.errors import KbfuseError
 from kbfuse.io import read_json, sha256_file, write_json
@@ -71,20 +69,6 @@ def task_file_sha256(checkout, level: int, task: int) -> str:
 
 def read_task_list(path) -> list[int]:
     return sorted(int(t) for t in read_json(path)["tasks"])
-
-
-def instantiate(spec, seed: int, semantics: str, device: str) -> tuple[Any, list]:
-    """(model, inputs) of a loaded task (kbfuse.tasks.kernelbench.TaskSpec), seeded as
-    KernelBench does."""
-    import torch
-
-    torch.manual_seed(seed)
-    model = spec.module.Model(*spec.module.get_init_inputs())
-    model = model.to(device=device)
-    model = model.train() if semantics == "kernelbench" else model.eval()
-    torch.manual_seed(seed)
-    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in spec.module.get_inputs()]
-    return model, inputs
 
 
 def describe_inputs(inputs: list) -> list[dict]:

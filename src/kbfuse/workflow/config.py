@@ -9,12 +9,13 @@ key and its value (shortened, never the whole config). In order:
    first), or more than MAX_CONFIG_VALUES values once YAML aliases are expanded. Values given
    with `--config` are parsed by Snakemake itself and are not re-read, so a key repeated inside
    one `--config` value is not detected.
-2. `coerce_numbers`: Snakemake parses `--config 'tasks=[81]'` and `--config 'tolerance={atol:
-   1e-4}'` into strings ('81', '1e-4'), and YAML 1.1 reads `1e-4` (no dot) as a string too.
+2. `coerce_numbers`: Snakemake parses `--config 'tasks=[81]'` and `--config 'timing={rounds:
+   25}'` into strings ('81', '25'), and YAML 1.1 reads `1e-4` (no dot) as a string too.
    Where the schema wants a number, a string spelling a decimal number (YAML 1.2's syntax) is
    read as that number, and where it wants a boolean, 'true' or 'false' is read as one;
    anything else stays and is refused by the schema.
-3. `validate_schema`: no control character in any key or string, no non-finite number, integer
+3. `validate_schema`: no retired key (`tolerance`: read from the pinned KernelBench now), no
+   control character in any key or string, no non-finite number, integer
    keys hold integers (not 25.0), then the JSON Schema (workflow/schemas/config.schema.yaml).
 4. `check_config`: options against their route's allow-list (kbfuse.compilation.routes), kernel
 sources
@@ -50,7 +51,7 @@ _DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FLOW_HINT = (
     "on the command line give lists and mappings in YAML flow style, e.g. "
-    "--config 'tasks=[53, 81]' or --config 'tolerance={atol: 1e-4, rtol: 1e-4}'"
+    "--config 'tasks=[53, 81]' or --config 'timing={rounds: 25, warmup: 8}'"
 )
 
 
@@ -263,6 +264,22 @@ def _describe(error) -> list[str]:
     return [line]
 
 
+# Keys earlier configs had, with what replaced them (a plain "not allowed" would not say).
+RETIRED_KEYS = {
+    "tolerance": "the official tolerance is read from the pinned KernelBench's evaluator "
+    "(kbfuse.tasks.evaluator, written to results/kernelbench/contract.json) for every judge; "
+    "remove this key",
+}
+
+
+def _retired_key_problems(config: Mapping) -> list[str]:
+    return [
+        f"config key {key}: no longer a setting: {why}"
+        for key, why in RETIRED_KEYS.items()
+        if key in config
+    ]
+
+
 def validate_schema(config: dict, schema: str | Path | None = None) -> dict:
     """Coerce numbers, refuse bad values, validate against the schema and fill its defaults.
 
@@ -273,7 +290,7 @@ def validate_schema(config: dict, schema: str | Path | None = None) -> dict:
     if not isinstance(config, dict):
         raise invalid([f"config: expected a mapping, got {shown(config)}"])
     coerce_numbers(config, schema_doc)
-    problems = _value_problems(config)
+    problems = _retired_key_problems(config) + _value_problems(config)
     if problems:
         raise invalid(problems)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))

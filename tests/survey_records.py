@@ -46,7 +46,17 @@ def kernel(name: str, us: float, calls: int = 1) -> dict:
     return {"name": name, "device_us": us, "calls": calls}
 
 
-def ok(ms: float, kernels: list | None, graph: bool = True, cold: float | None = None, spread=0.01):
+TRIAL_SEEDS = [1, 2, 3, 4, 5]
+
+
+def ok(
+    ms: float,
+    kernels: list | None,
+    graph: bool = True,
+    cold: float | None = None,
+    spread=0.01,
+    official: bool = True,
+):
     timing = {
         "events": stats(ms * 1.05, spread),
         "graph": stats(ms, spread) if graph else None,
@@ -56,11 +66,16 @@ def ok(ms: float, kernels: list | None, graph: bool = True, cold: float | None =
     return {
         "status": "ok",
         "failure": None,
+        "built_in": "strict",
         "build_s": 0.5,
         "correctness": {
-            "official_pass": True,
-            "atol": 0.01,
-            "rtol": 0.01,
+            "official_pass": official,
+            "atol": 1e-4,
+            "rtol": 1e-4,
+            "source": "src/kernelbench/eval.py:95 get_tolerance_for_precision, torch.float32",
+            "compared": "eager on KernelBench's 5 official trials",
+            "trials": 5,
+            "failed_trials": [] if official else [0, 1, 2, 3, 4],
             "numel": 1024,
             "not_bit_equal": 3,
             "max_abs": 1e-6,
@@ -76,6 +91,7 @@ def failed(stage: str, error: str, message: str) -> dict:
     return {
         "status": "failed",
         "failure": {"stage": stage, "error": error, "message": message},
+        "built_in": None,
         "build_s": None,
         "correctness": None,
         "timing": None,
@@ -120,6 +136,15 @@ def record(
                 "cuda": None if device == "cpu" else "13.0",
             },
             "seed": 42,
+            "official": {
+                "atol": 1e-4,
+                "rtol": 1e-4,
+                "source": "src/kernelbench/eval.py:95 get_tolerance_for_precision, torch.float32",
+                "argument_order": ["reference", "candidate"],
+                "trials": 5,
+                "trial_seeds": TRIAL_SEEDS,
+                "contract_commit": "423217d9fda91e0c2d67e4a43bf62f96f6d104f1",
+            },
             "inputs": [{"shape": [128, 4096], "dtype": "float32"}],
             "output": {
                 "shape": [128, 4096],
@@ -153,7 +178,8 @@ def record(
             "baselines": baselines,
             "ratios": {},
             "blind_spots": {
-                "compared": "eager output, same seed",
+                "compared": "eager output on KernelBench's 5 official trials",
+                "trials": 5,
                 "zeros": {"applicable": True, "passes": blind_spot},
                 "mean_constant": {"applicable": True, "passes": False, "value": 0.1},
                 "input_identity": {"applicable": False, "passes": None},

@@ -9,11 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
+from contracts import contract_record
 
 from kbfuse.candidates import verdict
 from kbfuse.candidates.check import check_candidate
 from kbfuse.errors import KbfuseError
 
+CONTRACT = contract_record(None)  # the test evaluator's: 1e-4, seed 42, 5 trials
 FIXTURE = Path(__file__).parent / "candidates" / "cpu"
 TASK53 = FIXTURE / "task53_small.py"
 BLIND = FIXTURE / "blind_task.py"
@@ -42,7 +44,14 @@ def verdicts(tmp_path_factory):
     out = tmp_path_factory.mktemp("check")
     return {
         name: check_candidate(
-            FIXTURE / f"{name}.py", 2, 53, task, out / f"{name}.json", SETTINGS, device="cpu"
+            FIXTURE / f"{name}.py",
+            2,
+            53,
+            task,
+            out / f"{name}.json",
+            CONTRACT,
+            SETTINGS,
+            device="cpu",
         )
         for name, task in CANDIDATES.items()
     } | {"_out": out}
@@ -161,7 +170,7 @@ def test_the_candidate_runs_in_its_own_process_and_scratch(verdicts):
 def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):
     settings = {**SETTINGS, "time_limit_s": 4}
     record = check_candidate(
-        FIXTURE / "runaway.py", 2, 53, TASK53, tmp_path / "r.json", settings, device="cpu"
+        FIXTURE / "runaway.py", 2, 53, TASK53, tmp_path / "r.json", CONTRACT, settings, device="cpu"
     )
     assert record["verdict"] == "fail"
     assert record["failed_checks"] == ["time_limit"]
@@ -173,7 +182,14 @@ def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):
 def test_a_memory_hog_is_killed_at_the_memory_limit(tmp_path):
     settings = {**SETTINGS, "memory_limit_mb": 1024}
     record = check_candidate(
-        FIXTURE / "memory_hog.py", 2, 53, TASK53, tmp_path / "m.json", settings, device="cpu"
+        FIXTURE / "memory_hog.py",
+        2,
+        53,
+        TASK53,
+        tmp_path / "m.json",
+        CONTRACT,
+        settings,
+        device="cpu",
     )
     assert record["failed_checks"] == ["memory_limit"]
     outcome = record["processes"]["candidate"]
@@ -184,9 +200,11 @@ def test_a_memory_hog_is_killed_at_the_memory_limit(tmp_path):
 def test_missing_inputs_are_refused_before_any_process(tmp_path):
     out = tmp_path / "x.json"
     with pytest.raises(KbfuseError, match=r"candidate file .*nope\.py does not exist"):
-        check_candidate(tmp_path / "nope.py", 2, 53, TASK53, out, SETTINGS, device="cpu")
+        check_candidate(tmp_path / "nope.py", 2, 53, TASK53, out, CONTRACT, SETTINGS, device="cpu")
     with pytest.raises(KbfuseError, match=r"check\.seeds is \[\]"):
-        check_candidate(FIXTURE / "good.py", 2, 53, TASK53, out, {"seeds": []}, device="cpu")
+        check_candidate(
+            FIXTURE / "good.py", 2, 53, TASK53, out, CONTRACT, {"seeds": []}, device="cpu"
+        )
     assert not out.exists()
 
 
@@ -195,5 +213,5 @@ def test_a_failing_reference_is_a_harness_error_and_writes_nothing(tmp_path):
     broken.write_text("raise ImportError('no such task')\n")
     out = tmp_path / "x.json"
     with pytest.raises(KbfuseError, match=r"the reference process for .*task\.py failed"):
-        check_candidate(FIXTURE / "good.py", 2, 53, broken, out, SETTINGS, device="cpu")
+        check_candidate(FIXTURE / "good.py", 2, 53, broken, out, CONTRACT, SETTINGS, device="cpu")
     assert not out.exists()

@@ -10,8 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from contracts import contract_record
+
 from kbfuse.candidates.check import check_candidate
 
+CONTRACT = contract_record(None)  # the test evaluator's: 1e-4, seed 42, 5 trials
 FIXTURE = Path(__file__).parent / "candidates" / "cpu"
 TASK53 = FIXTURE / "task53_small.py"
 SETTINGS = {
@@ -80,8 +83,8 @@ def test_the_candidate_shares_the_device_until_its_guards_and_times_it_alone(tmp
     logs = tmp_path / "logs"
     lock = RecordingLock(logs, alone_wait_s=3.0)
     record = check_candidate(
-        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", SETTINGS, device="cpu",
-        log_dir=logs, lock=lock,
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS,
+        device="cpu", log_dir=logs, lock=lock,
     )  # fmt: skip
     assert [(how, when) for how, when, _ in lock.events] == [
         ("shared", "begin"),  # the reference
@@ -108,8 +111,8 @@ def test_a_candidate_that_does_not_build_never_asks_for_the_device_alone(tmp_pat
     logs = tmp_path / "logs"
     lock = RecordingLock(logs)
     record = check_candidate(
-        FIXTURE / "probe.py", 2, 53, TASK53, tmp_path / "probe.json", SETTINGS, device="cpu",
-        log_dir=logs, lock=lock,
+        FIXTURE / "probe.py", 2, 53, TASK53, tmp_path / "probe.json", CONTRACT, SETTINGS,
+        device="cpu", log_dir=logs, lock=lock,
     )  # fmt: skip
     assert [how for how, when, _ in lock.events if when == "begin"] == ["shared", "shared"]
     assert record["failed_checks"] == ["build"]
@@ -121,7 +124,7 @@ def test_the_waits_for_the_lock_do_not_count_against_the_time_limit(tmp_path):
     settings = {**SETTINGS, "time_limit_s": 12}
     lock = RecordingLock(tmp_path / "logs", alone_wait_s=7.0, shared_waits_s=[0.0, 7.0])
     record = check_candidate(
-        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "g.json", settings, device="cpu",
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "g.json", CONTRACT, settings, device="cpu",
         log_dir=tmp_path / "logs", lock=lock,
     )  # fmt: skip
     candidate = record["processes"]["candidate"]

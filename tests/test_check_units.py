@@ -8,9 +8,12 @@ import math
 
 import pytest
 import torch
+from contracts import contract
 
 from kbfuse.candidates import compare, flags, guards, spec, verdict, witness
 from kbfuse.errors import KbfuseError
+
+V01 = contract(1e-2, 1e-2)  # KernelBench v0.1's float32 tolerance
 
 # --------------------------------------------------------------------------- spec
 
@@ -70,7 +73,7 @@ def test_settings_defaults_and_merge():
     s = spec.check_settings({"timing": {"rounds": 4}})
     assert s["timing"]["rounds"] == 4
     assert s["timing"]["warmup"] == spec.DEFAULTS["timing"]["warmup"]
-    assert s["official_trials"] == 5 and s["seed"] == 42
+    assert s["official_trials"] is None and s["seed"] is None  # the pinned evaluator's
     assert spec.check_settings(None) == spec.DEFAULTS
 
 
@@ -210,7 +213,7 @@ def test_ulps_count_float32_steps_across_zero():
 def test_compare_case_counts_bits_and_errors():
     ref = f32(1.0, 2.0, 0.0, 4.0)
     cand = f32(1.0, 2.0, -0.0, 4.5)
-    record = compare.compare_case(ref, cand, 1e-2, 1e-2)
+    record = compare.compare_case(ref, cand, V01)
     assert record["problem"] is None
     assert record["bit_equal"] == 2  # 0.0 and -0.0 differ in their bits
     assert record["bit_identical"] is False
@@ -221,16 +224,28 @@ def test_compare_case_counts_bits_and_errors():
 
 def test_compare_case_names_shape_dtype_and_type_problems():
     ref = f32(1.0, 2.0)
-    assert compare.compare_case(ref, f32(1.0), 1e-2, 1e-2)["problem"] == "shape [1], expected [2]"
-    assert "dtype torch.float64" in compare.compare_case(ref, ref.double(), 1e-2, 1e-2)["problem"]
-    assert compare.compare_case(ref, [1.0], 1e-2, 1e-2)["problem"] == "output is list"
+    assert compare.compare_case(ref, f32(1.0), V01)["problem"] == "shape [1], expected [2]"
+    assert "dtype torch.float64" in compare.compare_case(ref, ref.double(), V01)["problem"]
+    assert compare.compare_case(ref, [1.0], V01)["problem"] == "output is list"
 
 
 def test_official_order_scales_by_the_candidate():
     # |ref - cand| <= atol + rtol * |cand|: 0.0201 <= 0.020201, swapped 0.0201 > 0.02
     ref, cand = f32(1.0), f32(1.0201)
-    assert compare.compare_case(ref, cand, 1e-2, 1e-2)["official_pass"] is True
-    assert compare.compare_case(cand, ref, 1e-2, 1e-2)["official_pass"] is False
+    assert compare.compare_case(ref, cand, V01)["official_pass"] is True
+    assert compare.compare_case(cand, ref, V01)["official_pass"] is False
+    # an evaluator that put the candidate first would scale by the reference instead
+    swapped = contract(1e-2, 1e-2, order=("candidate", "reference"))
+    assert compare.compare_case(ref, cand, swapped)["official_pass"] is False
+    assert compare.compare_case(cand, ref, swapped)["official_pass"] is True
+
+
+def test_the_pinned_tolerance_decides_a_case():
+    ref = f32(1.0, -2.0, 3.0)
+    off = ref * 1.003  # 0.3 % off: passes KernelBench v0.1's 1e-2, not the pin's 1e-4
+    assert compare.compare_case(ref, off, V01)["official_pass"] is True
+    assert compare.compare_case(ref, off, contract())["official_pass"] is False
+    assert compare.compare_case(ref, ref.clone(), contract())["official_pass"] is True
 
 
 def test_cached_calls_need_equal_outputs_and_different_references():

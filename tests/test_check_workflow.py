@@ -15,8 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import copy_workflow, snakemake, write_test_config
+from contracts import contract_record
 
 from kbfuse.candidates.summary import write_summary
+from kbfuse.io import write_json
 from kbfuse.workflow.cli import main
 
 FIXTURE = Path(__file__).parent / "candidates" / "cpu"
@@ -131,7 +133,10 @@ def test_cli_check_exit_status_follows_the_verdict(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"check": SMALL}))
     task = FIXTURE / "task53_small.py"
+    contract = tmp_path / "contract.json"
+    write_json(contract, contract_record(None))
     common = ["--task-file", str(task), "--config", str(config), "--device", "cpu"]
+    common += ["--contract", str(contract)]
     out = tmp_path / "good.json"
     assert main(["check", str(FIXTURE / "good.py"), *common, "--out", str(out)]) == 0
     assert "good.py: pass (task 2/53)" in capsys.readouterr().out
@@ -143,6 +148,16 @@ def test_cli_check_exit_status_follows_the_verdict(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "wrong.py: fail (task 2/53)" in printed and "  failed official: 2/2" in printed
     assert json.loads(out.read_text())["verdict"] == "pass"
+
+
+def test_cli_check_without_a_contract_names_where_it_looked(tmp_path, capsys):
+    task, out = FIXTURE / "task53_small.py", tmp_path / "v.json"
+    args = ["check", str(FIXTURE / "good.py"), "--task-file", str(task), "--out", str(out)]
+    assert main([*args, "--kernelbench", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err
+    assert f"KernelBench checkout {tmp_path / 'nowhere'} has none of" in err
+    assert "kbfuse reads the official check from the pinned evaluator's source" in err
+    assert not out.exists()
 
 
 def test_cli_check_names_a_bad_task_and_writes_nothing(tmp_path, capsys):

@@ -100,9 +100,7 @@ def test_any_value_anywhere_is_checked_or_refused_with_a_message(path, value):
         assert_jobs_accept(cfg)
 
 
-JOB_CHECKED = [
-    p for p in PATHS if p[0] in ("timing", "controls", "seeds", "arch", "kernelbench")
-]
+JOB_CHECKED = [p for p in PATHS if p[0] in ("timing", "controls", "seeds", "arch", "kernelbench")]
 EDGE_VALUES = [
     *range(-2, 4),
     *(2**64 - 1, 2**64),

@@ -42,7 +42,7 @@ def test_result_paths_cover_every_record_in_config_order():
     assert ("witness81",) not in paths  # task 81 is not in the study
     with_81 = layout.result_paths({**CONFIG, "tasks": [81]})
     assert with_81[("witness81",)] == "controls/witness81.json"
-    assert len(paths) == 4 + 2 * 2 + 2 * 2 + 3 * 2  # single, per variant, per pair, per task
+    assert len(paths) == 5 + 2 * 2 + 2 * 2 + 3 * 2  # single, per variant, per pair, per task
 
 
 def test_record_files_go_kind_by_kind():

@@ -431,9 +431,7 @@ def write_study(root: Path, config: dict, *, gpu="NVIDIA H200", driver="580.95.0
             for p in sorted(root.glob("correctness/*/*.json"))
             + sorted(root.glob("controls/*.json"))
         ]
-        protocol.write_margin_audit(
-            audited, root / "protocol/margin_audit.json", TOLERANCE
-        )
+        protocol.write_margin_audit(audited, root / "protocol/margin_audit.json", TOLERANCE)
 
 
 def write_correctness(root, config, t, artifacts, provenance) -> list[str]:

@@ -256,3 +256,55 @@ def test_records_are_grouped_by_the_mode_in_their_path():
     assert s.records_by_mode([], ["strict"]) == {"strict": []}
     with pytest.raises(KbfuseError, match=r"kernelbench-defaults/tasks/1\.json is not under"):
         s.records_by_mode(paths, ["strict"])
+
+
+def test_a_baseline_that_fails_the_official_check_is_never_best_compiled():
+    rec = record()  # inductor the fastest (0.25), TorchScript next (0.28)
+    rec["baselines"]["inductor"] = ok(
+        0.25, [kernel(GEMM, 200.0), kernel(TRITON, 30.0)], official=False
+    )
+    row = s.main_rows([rec], anchor=None)[0]
+    assert (row["best_compiled"], row["best_ms"]) == ("torchscript", 0.28)
+    assert row["inductor_ms"] == 0.25  # still timed and shown
+    assert (row["torchscript_official"], row["inductor_official"]) == (True, False)
+    assert "eager_official" not in row
+    assert row["notes"] == "fails the official check: inductor"
+    categories = s.category_rows({"strict": [rec]})
+    assert [c["baseline"] for c in categories] == ["eager", "torchscript"]
+
+
+def test_no_best_compiled_when_every_compiled_baseline_fails_the_official_check():
+    rec = record()
+    for name in ("torchscript", "inductor"):
+        rec["baselines"][name] = ok(0.2, [kernel(GEMM, 150.0)], official=False)
+    row = s.main_rows([rec], anchor=None)[0]
+    assert row["best_compiled"] is None and row["outside_ms"] is None
+
+
+def test_the_failures_table_lists_official_check_failures_with_their_figures():
+    rec = record(task=66)
+    rec["baselines"]["inductor"] = ok(0.25, None, official=False)
+    rec["baselines"]["inductor"]["correctness"].update(max_abs=1.0, max_rel=2.5)
+    rec["baselines"]["torchscript"] = failed("build", "RuntimeError", "trace failed")
+    rows = s.failure_rows({"kernelbench-defaults": [rec]})
+    assert rows == [
+        {
+            "task": 66,
+            "file": "66_Matmul_Dropout_Softmax.py",
+            "numerics": "kernelbench-defaults",
+            "baseline": "torchscript",
+            "stage": "build",
+            "error": "RuntimeError",
+            "message": "trace failed",
+        },
+        {
+            "task": 66,
+            "file": "66_Matmul_Dropout_Softmax.py",
+            "numerics": "kernelbench-defaults",
+            "baseline": "inductor",
+            "stage": "official check",
+            "error": "not close to eager",
+            "message": "fails 5 of 5 official trials: max abs error 1.0, max rel 2.5 "
+            "(atol 0.0001, rtol 0.0001)",
+        },
+    ]

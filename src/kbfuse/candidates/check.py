@@ -380,9 +380,10 @@ def assemble(
     settings: dict,
     survey,
     evidence: Evidence,
-    contract: dict,
+    judged_by: dict,
 ) -> dict:
-    """The verdict record (kbfuse.candidates.verdict names the checks and decides)."""
+    """The verdict record (kbfuse.candidates.verdict names the checks and decides);
+    `judged_by`: the kernelbench contract of the check."""
     runner, outcome, correctness = evidence.runner, evidence.outcome, evidence.correctness
     failure = runner.get("failure")
     trivial, trivial_source = trivial_status(evidence.info, survey)
@@ -408,7 +409,7 @@ def assemble(
         "task": task,
         "environment": _environment(device),
         "settings": settings,
-        "official": official_block(contract),
+        "official": official_block(judged_by),
         "checks": checks,
         "processes": {
             "candidate": outcome.as_dict(),

@@ -115,6 +115,7 @@ def task_rows(
         root=Path(results),
         pin={},
         fingerprint=fingerprint,
+        contract={},
         timing={int(task): timing},
         paths={("env",): bw_path},
     )

@@ -55,22 +55,37 @@ def test_paired_ratios_names_a_bad_cycle():
 
 
 def test_position_effect_with_one_sample_on_each_side():
-    assert measure.position_effect([4.0, 2.0], [0, 1]) == {
-        "first_n": 1,
-        "others_n": 1,
-        "first_median_ms": 4.0,
-        "others_median_ms": 2.0,
+    # two rounds, each implementation first once: the first sample is twice the second
+    block = {"a": [4.0, 2.0], "b": [2.0, 4.0]}
+    assert measure.position_effect(block, {"a": [0, 1], "b": [1, 0]}) == {
+        "first_n": 2,
+        "others_n": 2,
         "first_over_others": 2.0,
+        "last_over_others": 0.5,
+        "each_position_min": 0.5,
+        "each_position_max": 2.0,
     }
-    assert measure.position_effect([4.0, 2.0], [1, 1]) is None
-    assert measure.position_effect([4.0], [0]) is None
+    assert measure.position_effect({"a": [4.0], "b": [2.0]}, {"a": [1], "b": [1]}) is None
+    assert measure.position_effect({"a": [4.0], "b": [2.0]}, {"a": [0], "b": [0]}) is None
 
 
 def test_position_effect_names_itself_and_its_samples():
-    with pytest.raises(KbfuseError, match=r"^position_effect: need at least one sample, got \[\]$"):
-        measure.position_effect([], [])
-    with pytest.raises(KbfuseError, match=r"^position_effect: 2 samples but 1 positions$"):
-        measure.position_effect([1.0, 2.0], [0])
+    with pytest.raises(
+        KbfuseError, match=r"^position_effect: 'a': need at least one sample, got \[\]$"
+    ):
+        measure.position_effect({"a": [], "b": []}, {"a": [], "b": []})
+    with pytest.raises(KbfuseError, match=r"^position_effect: 'b' has 2 samples but 1 positions$"):
+        measure.position_effect({"a": [1.0, 2.0], "b": [1.0, 2.0]}, {"a": [0, 1], "b": [0]})
+    with pytest.raises(
+        KbfuseError,
+        match=r"^position_effect: the implementations have different numbers of samples "
+        r"\{'a': 2, 'b': 1\}; a block's implementations share its rounds$",
+    ):
+        measure.position_effect({"a": [1.0, 2.0], "b": [1.0]}, {"a": [0, 1], "b": [0]})
+    with pytest.raises(
+        KbfuseError, match=r"^position_effect: samples of \['a', 'b'\] but positions of \['a'\]$"
+    ):
+        measure.position_effect({"a": [1.0], "b": [1.0]}, {"a": [0]})
 
 
 # --------------------------------------------------------------------------- timing: checks

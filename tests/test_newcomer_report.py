@@ -3,7 +3,8 @@
 Built on the CPU from results/reference/h200 with a checkout whose current config differs from
 the recorded one (tasks [53] only), to show that the report carries the recorded config, its
 environment and its tables (each also as an HTML table shown in the page), and that Snakemake
-prints no "Missing metadata" warning.
+prints no "Missing metadata" warning. With `--aggregates`, the same copy rebuilds the run's
+summary, manifest and bundle in place, as committed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import html
 import importlib.util
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +23,7 @@ import yaml
 from conftest import copy_workflow
 
 from kbfuse.errors import KbfuseError
+from kbfuse.results.bundle import verify_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results/reference/h200"
@@ -124,3 +127,45 @@ def test_an_existing_workdir_is_refused_before_any_output(tmp_path):
     with pytest.raises(KbfuseError, match=r"--workdir .*/wf: exists"):
         tool.build_report(REFERENCE, out, tmp_path / "wf")
     assert not out.exists() and list((tmp_path / "wf").iterdir()) == []
+
+
+def test_aggregates_rebuild_the_committed_summary_manifest_and_bundle_in_place(tmp_path):
+    """`--aggregates` on a copy of the reference, its summary, manifest and bundle removed:
+    they come back as committed (tables, manifest and bundle byte for byte where the plots'
+    bytes match, which depends on matplotlib), and in the config's order of variants."""
+    tool = load_tool()
+    copy = tmp_path / "h200"
+    shutil.copytree(
+        REFERENCE,
+        copy,
+        ignore=lambda d, names: ("summary", "bundle") if d == str(REFERENCE) else (),
+    )
+    manifest = REFERENCE / "manifest.json"
+    shutil.copyfile(manifest, copy / "manifest.json")  # the recorded config is read from it
+    args = ["--aggregates", "--reference", str(copy), "--workdir", str(tmp_path / "wf")]
+    assert tool.main(args) == 0
+    committed = {p.name: p.read_bytes() for p in (REFERENCE / "summary").iterdir()}
+    rebuilt = {p.name: p.read_bytes() for p in (copy / "summary").iterdir()}
+    assert sorted(rebuilt) == sorted(committed)
+    for name, data in committed.items():
+        if not name.endswith(".png"):
+            assert rebuilt[name] == data, name
+    report = verify_bundle(copy / "bundle/kbfuse-results.tar.gz")
+    assert report["ok"] and report["checked"] == 120, report
+    recorded, written = (
+        json.loads(manifest.read_text()),
+        json.loads((copy / "manifest.json").read_text()),
+    )
+    assert written["config"] == recorded["config"]
+    for rel, entry in recorded["files"].items():
+        if not rel.endswith(".png"):
+            assert written["files"][rel] == entry, rel
+
+
+def test_a_recorded_config_takes_the_checkouts_order_of_variants():
+    tool = load_tool()
+    order = list(yaml.safe_load((ROOT / "config/config.yaml").read_text())["variants"])
+    recorded = {"tasks": [53], "variants": {name: {"x": name} for name in sorted(order + ["new"])}}
+    ordered = tool.in_checkout_order(recorded)
+    assert list(ordered["variants"]) == [*order, "new"]
+    assert ordered["variants"]["new"] == {"x": "new"} and ordered["tasks"] == [53]

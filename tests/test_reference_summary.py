@@ -397,7 +397,11 @@ def test_readme_tables_print_the_recorded_numbers(capsys):
     twins = re.search(r"^\| nvrtc-cubin-ftz / nvrtc12-cubin-ftz .*$", sections[6], re.M).group(0)
     assert twins.count("151,358,334 inputs differ") == 2 and "nvrtc 12.9:" in twins
     assert "| 95     | nvrtc-cubin | 1.0308 (1.0283–1.0320)" in sections[7]
-    assert "| 53     | tail/graph           | 1.003 " in sections[8]
+    # the two-band block (task 81's small-shape tail in CUDA graphs), its round levels removed
+    small81 = re.search(r"^\| 81 +\| small/tail/graph .*$", sections[8], re.M).group(0)
+    assert re.split(r" *\| *", small81)[3:6] == ["0.996", "0.994", "0.992–1.012"]
+    assert "- 18 CUDA-graph blocks: first / others 0.995–1.002 (median 1.000)" in sections[8]
+    assert "- 12 event-timed blocks: first / others 0.963–1.034 (median 0.993)" in sections[8]
 
 
 def test_readme_and_findings_quote_the_reference_times():
@@ -432,4 +436,49 @@ def test_readme_and_findings_quote_the_reference_times():
     for quoted in quoted_in_readme:
         assert quoted in readme, quoted
     for quoted in quoted_in_findings:
+        assert quoted in findings, quoted
+
+
+def test_readme_and_findings_quote_the_pooled_position_figures():
+    """The position figures README and docs/findings.md quote: the summary's pooled
+    position_effect table and the bands of task 81's small-shape tail (tools/round_bands.py)."""
+    from kbfuse.results.rounds import read_block, two_bands
+
+    df = pd.read_csv(SUMMARY / "position_effect.csv")
+    events = df["block"].str.endswith("/events")
+    graph, timed = df[~events], df[events]
+
+    def span(values) -> str:
+        return f"{values.min():.3f}-{values.max():.3f}"
+
+    assert (len(graph), len(timed)) == (18, 12)
+    assert span(graph["first_over_others"]) == "0.995-1.002"
+    assert span(graph["last_over_others"]) == "0.994-1.007"
+    assert span(timed["first_over_others"]) == "0.963-1.034"
+    assert f"{timed['first_over_others'].median():.3f}" == "0.993"
+    assert f"{timed['each_position_min'].min():.3f}-{timed['each_position_max'].max():.3f}" == (
+        "0.957-1.047"
+    )
+    small81 = df[(df["task"] == 81) & (df["block"] == "small/tail/graph")].iloc[0]
+    assert (f"{small81.first_over_others:.3f}", f"{small81.last_over_others:.3f}") == (
+        "0.996",
+        "0.994",
+    )
+    bands = two_bands(read_block(REFERENCE, 81, "small/tail/graph"))
+    assert (bands["slow_rounds"][0], bands["slow_rounds"][-1]) == (4, 15)
+    levels = (f"{bands['slow_level_ms'] * 1e3:.2f}", f"{bands['fast_level_ms'] * 1e3:.2f}")
+    assert levels == ("4.50", "3.04")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    findings = " ".join((ROOT / "docs/findings.md").read_text().split())
+    for quoted in ("is 0.995-1.002 in every CUDA-graph block", "0.963-1.034 like any position",
+                   "in rounds 4-15 every one-kernel graph"):  # fmt: skip
+        assert quoted in readme, quoted
+    for quoted in (
+        "first / others is 0.995-1.002 and last / others 0.994-1.007",
+        "0.963-1.034 (median 0.993)",
+        "(each position over the others: 0.957-1.047)",
+        "where the pooled reading gives 0.996 first and 0.994 last",
+        "Rounds 4-15 of 25 ran at a level of 4.50 µs per call, the others at 3.04 µs",
+        "took 2 % longer (10.09 against 10.30 µs)",
+    ):
         assert quoted in findings, quoted

@@ -75,3 +75,32 @@ def test_a_run_without_the_fingerprint_is_refused_naming_the_target(tmp_path, ca
     assert "env/fingerprint.json is missing" in err
     assert "snakemake survey results/env/fingerprint.json" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_survey_doc_quotes_the_strict_mode_figures_of_the_convolutions(printed):
+    conv = "eager, strict over defaults, aten.convolution: 63 tasks, median 2.06 (quartiles"
+    assert conv + " 1.00-2.44), range 0.99-5.89 (max: task 77), 23 of 63 below 1.5x" in printed
+    gemm = "eager, strict over defaults, GEMM (aten.addmm, aten.mm): 37 tasks, median 1.00"
+    assert gemm + " (quartiles 0.99-1.00), range 0.98-1.00" in printed
+    doc = " ".join((ROOT / "docs/survey.md").read_text().split())
+    assert "eager's convolution tasks run a median 2.06x slower" in doc
+    assert "(quartiles 1.00-2.44, up to 5.89x on task 77; 23 of the 63 move less than 1.5x)" in doc
+    assert "its 37 GEMM tasks as fast (0.98-1.00)" in doc
+    assert "2-4x" not in doc
+
+
+def test_survey_doc_quotes_the_wall_time_of_the_committed_run():
+    """The committed survey is the run of benchmarks/results/h200/survey_wall.json: its job
+    and phase totals are what the committed records and benchmark files give, and docs/survey.md
+    quotes its wall time."""
+    from kbfuse.io import read_json
+    from kbfuse.survey.wall import survey_wall
+
+    run = read_json(ROOT / "benchmarks/results/h200/survey_wall.json")
+    again = survey_wall(ROOT / "results/reference/h200/survey")
+    for phase in ("job_s", "wait_shared_s", "reference_and_builds_s", "wait_alone_s", "alone_s"):
+        assert again["totals"][phase] == pytest.approx(run["totals"][phase]), phase
+    assert again["wall_s"] is None and round(run["wall_s"]) == 884
+    doc = " ".join((ROOT / "docs/survey.md").read_text().split())
+    assert "where its 884 s went" in doc and "842" not in doc
+    assert f"{round(run['totals']['job_s'])} s in all" in doc

@@ -1,6 +1,7 @@
 """Build Snakemake's HTML report of a recorded run (default: results/reference/h200).
 
     python tools/reference_report.py [--reference DIR] [--out FILE] [--workdir DIR]
+    python tools/reference_report.py --aggregates [--reference DIR] [--workdir DIR]
 
 Contract: writes one self-contained HTML file (default `reference-report.html`) whose
 tables, plots, config and environment are those *recorded* with the run, not the current
@@ -26,6 +27,11 @@ report warns "Missing metadata" for every file and names no job, and it shows wh
    file is a job output without metadata, one warning each).
 
 The environment table in the report is the recorded fingerprint (`env/fingerprint.json`).
+
+With `--aggregates` no report is built: the same copy rebuilds the run's summary, manifest and
+bundle with the current code and they replace the run's own (nothing else is written). That is
+how a committed reference follows a change to the summary's code (a new estimator, a new
+column) without a GPU: its recorded results stay as they are, byte for byte.
 """
 
 from __future__ import annotations
@@ -95,9 +101,21 @@ def recorded_config(reference: Path) -> dict:
     return config
 
 
+def in_checkout_order(config: dict) -> dict:
+    """`config` with its variants in the order of the checkout's config/config.yaml (those it
+    does not name after them, sorted). The manifest records mappings with sorted keys, and
+    the summary's tables list variants in config order: a rebuild in sorted order would move
+    their rows."""
+    current = yaml.safe_load((ROOT / "config/config.yaml").read_text()) or {}
+    order = list(current.get("variants") or {})
+    variants = config.get("variants") or {}
+    names = [n for n in order if n in variants] + sorted(set(variants) - set(order))
+    return {**config, "variants": {name: variants[name] for name in names}}
+
+
 def make_recorded_workdir(reference: Path, dest: Path) -> Path:
     """A copy of the workflow at `dest` with the recorded config and results; returns dest."""
-    config = recorded_config(reference)
+    config = in_checkout_order(recorded_config(reference))
     if dest.exists():
         raise KbfuseError(f"--workdir {dest}: exists; give a folder that does not exist yet")
     dest.mkdir(parents=True)
@@ -152,22 +170,51 @@ def build_report(reference: Path, out: Path, workdir: Path) -> str:
     return log
 
 
+def rebuild_aggregates(reference: Path, workdir: Path) -> str:
+    """Rebuild `reference`'s summary, manifest and bundle in `workdir` (must not exist) with
+    the current code, then put them in place of the reference's own. Returns Snakemake's
+    output. On any failure before the copy the reference is left as it was."""
+    make_recorded_workdir(reference, workdir)
+    log = snakemake(workdir, "--cores", "1", "all", *ALLOWED)
+    for name in AGGREGATES:
+        rebuilt, target = workdir / "results" / name, reference / name
+        if rebuilt.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(rebuilt, target)
+        else:
+            shutil.copyfile(rebuilt, target)
+    return log
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
     parser.add_argument("--out", type=Path, default=Path("reference-report.html"))
     parser.add_argument("--workdir", type=Path, help="scratch copy (default: a temporary one)")
+    parser.add_argument(
+        "--aggregates",
+        action="store_true",
+        help="rebuild the run's summary, manifest and bundle in place instead of a report",
+    )
     args = parser.parse_args(argv)
+    reference = args.reference.resolve()
+
+    def build(workdir: Path) -> None:
+        if args.aggregates:
+            rebuild_aggregates(reference, workdir)
+        else:
+            build_report(reference, args.out, workdir)
+
     try:
         if args.workdir is not None:
-            build_report(args.reference.resolve(), args.out, args.workdir)
+            build(args.workdir)
         else:
             with tempfile.TemporaryDirectory(prefix="kbfuse-report-") as tmp:
-                build_report(args.reference.resolve(), args.out, Path(tmp) / "wf")
+                build(Path(tmp) / "wf")
     except KbfuseError as exc:
         print(f"reference_report: {exc}", file=sys.stderr)
         return 1
-    print(args.out)
+    print(*(reference / name for name in AGGREGATES) if args.aggregates else [args.out], sep="\n")
     return 0
 
 

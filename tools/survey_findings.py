@@ -4,7 +4,8 @@
 
 Reads survey_{strict,kernelbench-defaults}.csv, tf32.csv and failures.csv (written by
 `snakemake survey`) and prints each figure with what it is, so every number in that README
-section can be regenerated from the committed reference.
+section (and the strict-mode figures of docs/survey.md, "KernelBench's anchor") can be
+regenerated from the committed reference.
 """
 
 from __future__ import annotations
@@ -65,6 +66,28 @@ def tf32_figures(tf32: pd.DataFrame) -> list[str]:
     return lines
 
 
+def tf32_by_main_op(tf32: pd.DataFrame, threshold: float = 1.5) -> list[str]:
+    """Eager's strict over defaults ratio per kind of main op (convolutions, GEMMs): what
+    docs/survey.md says about comparing strict figures with KernelBench's anchor."""
+    kinds = tf32["main_op"].where(
+        tf32["main_op"] == "aten.convolution", "GEMM (aten.addmm, aten.mm)"
+    )
+    lines = []
+    for kind, group in tf32.groupby(kinds, sort=False):
+        ratio = group["eager_strict_over_defaults"].dropna()
+        if ratio.empty:
+            continue
+        worst = group.loc[ratio.idxmax()]
+        q1, q3 = ratio.quantile([0.25, 0.75])
+        lines.append(
+            f"eager, strict over defaults, {kind}: {len(ratio)} tasks, median {ratio.median():.2f}"
+            f" (quartiles {q1:.2f}-{q3:.2f}), range {ratio.min():.2f}-{ratio.max():.2f}"
+            f" (max: task {worst.task}), {int((ratio < threshold).sum())} of {len(ratio)}"
+            f" below {threshold}x"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("summary", type=Path, help="a survey's summary folder")
@@ -78,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {title}")
         print("\n".join(f"- {line}" for line in mode_figures(pd.read_csv(path), args.top)))
     print("## TF32")
-    print("\n".join(f"- {line}" for line in tf32_figures(pd.read_csv(args.summary / "tf32.csv"))))
+    tf32 = pd.read_csv(args.summary / "tf32.csv")
+    print("\n".join(f"- {line}" for line in tf32_figures(tf32) + tf32_by_main_op(tf32)))
     failures = pd.read_csv(args.summary / "failures.csv")
     print("## Failures")
     print(

@@ -105,7 +105,7 @@ TABLES: dict[str, Table] = {
     "small_shapes": Table("the small-shape timings per task", "Time"),
     "ftz_cost": Table("paired FTZ-on over FTZ-off cost per task and route", "Time"),
     "position_effect": Table(
-        "per timed block: first-position samples over the others (1: no effect)", "Time"
+        "per timed block: first (last) position over the others, round levels removed", "Time"
     ),
     "tiny_values": Table("tiny-value control cases per task x variant", "Bits"),
     "exhaustive": Table(

@@ -578,35 +578,28 @@ def _position_blocks(res: StudyResults):
 
 
 def position_effect_table(res: StudyResults) -> pd.DataFrame:
-    """Per timed block, what running first in a round does to a sample: for each
-    implementation the median of its first-position samples over the median of its others;
-    the row gives the median, smallest and largest of that ratio over the implementations
-    (1 = no effect). Records without positions (made before they were recorded) give none."""
+    """Per timed block, what running first (or last) in a round does to a sample:
+    `kbfuse.timing.measure.position_effect` over the block's implementations pooled, each
+    sample relative to its round's and its implementation's level (1 = no effect), beside the
+    smallest and largest ratio of any position, the block's own spread. Records without
+    positions (made before they were recorded) give no row."""
     rows = []
     for task, block, per_impl in _position_blocks(res):
-        effects = [
-            position_effect(m["samples_ms"], m["positions"])
-            for m in per_impl.values()
-            if "positions" in m
-        ]
-        ratios = [e["first_over_others"] for e in effects if e is not None]
-        if not ratios:
+        if not per_impl or any("positions" not in m for m in per_impl.values()):
             continue
-        rows.append(
-            {
-                "task": task,
-                "block": block,
-                "implementations": len(per_impl),
-                "rounds": len(next(iter(per_impl.values()))["samples_ms"]),
-                "first_n": sum(e["first_n"] for e in effects if e is not None),
-                "others_n": sum(e["others_n"] for e in effects if e is not None),
-                "first_over_others_median": float(pd.Series(ratios).median()),
-                "first_over_others_min": min(ratios),
-                "first_over_others_max": max(ratios),
-            }
+        effect = position_effect(
+            {name: m["samples_ms"] for name, m in per_impl.items()},
+            {name: m["positions"] for name, m in per_impl.items()},
         )
-    cols = _names("""task block implementations rounds first_n others_n first_over_others_median
-        first_over_others_min first_over_others_max""")
+        if effect is None:
+            continue
+        rounds = len(next(iter(per_impl.values()))["samples_ms"])
+        rows.append(
+            {"task": task, "block": block, "implementations": len(per_impl), "rounds": rounds}
+            | effect
+        )
+    cols = _names("""task block implementations rounds first_n others_n first_over_others
+        last_over_others each_position_min each_position_max""")
     return _frame(rows, cols)
 
 

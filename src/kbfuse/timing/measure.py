@@ -13,7 +13,7 @@ implementation takes each position exactly once per cycle; the square's base ord
 order of its rows are shuffled per cycle), seeded from the order seed *and* the block's own
 label, so positions are balanced to within one over any number of rounds and the orders differ
 between blocks and tasks. Each sample's position is recorded, and `position_effect` measures
-what is left of the effect.
+what is left of the effect over a whole block, with each round's level removed.
 
 Ratios are paired per round: baseline / variant of the same round, so > 1 means the variant is
 faster. Statistics are numpy percentiles 25/50/75 of the per-round samples.
@@ -178,23 +178,92 @@ def paired_ratios(
     return result
 
 
-def position_effect(samples: Sequence[float], positions: Sequence[int]) -> dict | None:
-    """First position against the others for one implementation's samples: both medians and
-    their ratio (first / others; 1 means no effect). None when either side has no sample."""
-    values = checked_samples(samples, "position_effect")
-    where = np.asarray(list(positions))
-    if where.shape != values.shape:
-        raise KbfuseError(f"position_effect: {values.size} samples but {where.size} positions")
-    first, others = values[where == 0], values[where != 0]
-    if first.size == 0 or others.size == 0:
+def relative_samples(
+    samples: Mapping[str, Sequence[float]], positions: Mapping[str, Sequence[int]]
+) -> dict[str, np.ndarray]:
+    """Each sample of one block with its round's level and its implementation's level removed.
+
+    A round's level is the median over the implementations of that round's samples: dividing
+    by it removes whatever moved the whole round together, which a GPU's or host's state does
+    (in the H200 reference's task-81 small-shape tail, a phase of slower graph launches slowed
+    every implementation but eager for eleven rounds in a row). What is left is divided by the
+    implementation's own level, so that implementations of different speed (eager's tail
+    takes three times a kernel's) pool on one scale: otherwise which implementations happened
+    to run first would move a pooled median (of two implementations 3 % apart, one runs first
+    18 times and the other 17, and the median of the first samples lands on one of them).
+
+    An implementation's level is the median, over the positions it took, of its median at
+    each position: every position counts once, however often the implementation took it, so
+    a position effect weighs on every implementation's level alike and cancels in the ratios.
+    (The plain median of two implementations' 35 samples is a sample of the position each
+    took 18 times, and would take a first-position penalty into one level only.) 1 means "as
+    fast as this implementation usually is, in a round like this one".
+    """
+    names = list(samples)
+    table = [checked_samples(samples[name], f"position_effect: {name!r}") for name in names]
+    if len({values.size for values in table}) != 1:
+        sizes = {name: values.size for name, values in zip(names, table, strict=True)}
+        raise KbfuseError(
+            f"position_effect: the implementations have different numbers of samples {sizes}; "
+            "a block's implementations share its rounds"
+        )
+    grid = np.vstack(table)  # implementation x round
+    where = np.vstack([_positions_of(name, positions, grid.shape[1]) for name in names])
+    relative = grid / np.median(grid, axis=0)
+    for row, taken in zip(relative, where, strict=True):
+        row /= np.median([np.median(row[taken == p]) for p in np.unique(taken)])
+    return dict(zip(names, relative, strict=True))
+
+
+def _positions_of(name: str, positions: Mapping[str, Sequence[int]], rounds: int) -> np.ndarray:
+    where = np.asarray(list(positions[name]), dtype=int)
+    if where.shape != (rounds,):
+        raise KbfuseError(
+            f"position_effect: {name!r} has {rounds} samples but {where.size} positions"
+        )
+    return where
+
+
+def position_effect(
+    samples: Mapping[str, Sequence[float]], positions: Mapping[str, Sequence[int]]
+) -> dict | None:
+    """What running at one position of a round does to a sample, for one timed block.
+
+    Every implementation's samples are pooled on one scale by `relative_samples` (the round's
+    and the implementation's levels removed); then, for each position p, the median of the
+    pooled samples taken at p over the median of all the others. Returned: `first_over_others`
+    (p = 0), `last_over_others` (the last position) and the smallest and largest ratio over
+    every position (`each_position_min`, `each_position_max`): the spread a position without
+    any effect shows in this block. 1 means no effect; a first position outside the others'
+    spread would be one. None for a block of one implementation (its samples are their own
+    round's level) or without samples at the first position and at another.
+
+    Why pooled: a per-implementation ratio has one or two first-position samples (25 rounds,
+    14 implementations), so it measures the noise of single samples, and anything that moves
+    a whole round (a phase of slower launches) moves it with the round's luck.
+    """
+    if set(samples) != set(positions):
+        raise KbfuseError(
+            f"position_effect: samples of {sorted(samples)} but positions of {sorted(positions)}"
+        )
+    if len(samples) < 2:
         return None
-    first_ms, others_ms = float(np.median(first)), float(np.median(others))
+    relative = relative_samples(samples, positions)
+    pooled = np.concatenate(list(relative.values()))
+    where = np.concatenate([np.asarray(list(positions[name]), dtype=int) for name in relative])
+    if not np.any(where == 0) or np.all(where == 0):
+        return None
+    ratios = [
+        float(np.median(pooled[where == p]) / np.median(pooled[where != p]))
+        for p in np.unique(where)
+    ]
     return {
-        "first_n": int(first.size),
-        "others_n": int(others.size),
-        "first_median_ms": first_ms,
-        "others_median_ms": others_ms,
-        "first_over_others": first_ms / others_ms,
+        "first_n": int(np.sum(where == 0)),
+        "others_n": int(np.sum(where != 0)),
+        "first_over_others": ratios[0],
+        "last_over_others": ratios[-1],
+        "each_position_min": min(ratios),
+        "each_position_max": max(ratios),
     }
 
 

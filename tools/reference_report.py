@@ -2,6 +2,7 @@
 
     python tools/reference_report.py [--reference DIR] [--out FILE] [--workdir DIR]
     python tools/reference_report.py --aggregates [--reference DIR] [--workdir DIR]
+        [--kernelbench PATH]
 
 Contract: writes one self-contained HTML file (default `reference-report.html`) whose
 tables, plots, config and environment are those *recorded* with the run, not the current
@@ -32,6 +33,15 @@ With `--aggregates` no report is built: the same copy rebuilds the run's summary
 bundle with the current code and they replace the run's own (nothing else is written). That is
 how a committed reference follows a change to the summary's code (a new estimator, a new
 column) without a GPU: its recorded results stay as they are, byte for byte.
+
+Two kinds of change since a run are bridged, each checked rather than assumed: a config key
+retired since (`kbfuse.workflow.config.RETIRED_KEYS`, e.g. `tolerance`) is dropped from the
+recorded config; and a run made before kbfuse read the official check from the pinned
+KernelBench (no `kernelbench/contract.json`) gets its contract read now from a clone of the
+pinned commit (`--kernelbench PATH`, any clone or mirror that holds it), by the function the
+workflow's rule calls, and kept with the aggregates. The summary then refuses the run unless
+every record it judged names the contract's tolerance, so neither step can change a verdict
+silently.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ DEFAULT_REFERENCE = ROOT / "results/reference/h200"
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles", "envs")
 # Made by the aggregate rules from the other recorded files, so rebuilt, never copied.
 AGGREGATES = ("summary", "manifest.json", "bundle")
+CONTRACT = "kernelbench/contract.json"
 ALLOWED = ("--allowed-rules", "summary", "manifest", "bundle", "report_tables", "all")
 # Snakemake's report shows HTML files in the page but offers CSV and Markdown only as
 # downloads: in the scratch copy, one more rule renders each summary table as HTML, with the
@@ -113,9 +124,39 @@ def in_checkout_order(config: dict) -> dict:
     return {**config, "variants": {name: variants[name] for name in names}}
 
 
-def make_recorded_workdir(reference: Path, dest: Path) -> Path:
+def without_retired_keys(config: dict) -> dict:
+    from kbfuse.workflow.config import RETIRED_KEYS
+
+    return {key: value for key, value in config.items() if key not in RETIRED_KEYS}
+
+
+def read_contract_at_pin(results: Path, config: dict, kernelbench: Path | None) -> None:
+    """Write results/kernelbench/contract.json from a clone of the pinned commit, older than
+    the recorded results (as the workflow's rule would have written it first)."""
+    from kbfuse.tasks.evaluator import write_contract
+
+    if kernelbench is None:
+        raise KbfuseError(
+            f"the recorded run has no {CONTRACT} (made before kbfuse read the official check "
+            "from the pinned KernelBench): give --kernelbench PATH, a clone that holds the "
+            "pinned commit, to read it"
+        )
+    checkout = results / "kernelbench/checkout"
+    commit = config["kernelbench"]["commit"]
+    for args in (("clone", "-q", "--no-checkout", str(kernelbench), str(checkout)),
+                 ("-C", str(checkout), "checkout", "-q", commit)):  # fmt: skip
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise KbfuseError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    write_contract(checkout, results / "kernelbench/checkout.json", results / CONTRACT)
+    shutil.rmtree(checkout)
+    then = time.time() - 60
+    os.utime(results / CONTRACT, (then, then))
+
+
+def make_recorded_workdir(reference: Path, dest: Path, kernelbench: Path | None = None) -> Path:
     """A copy of the workflow at `dest` with the recorded config and results; returns dest."""
-    config = in_checkout_order(recorded_config(reference))
+    config = in_checkout_order(without_retired_keys(recorded_config(reference)))
     if dest.exists():
         raise KbfuseError(f"--workdir {dest}: exists; give a folder that does not exist yet")
     dest.mkdir(parents=True)
@@ -138,6 +179,8 @@ def make_recorded_workdir(reference: Path, dest: Path) -> Path:
     now = time.time()
     for path in (dest / "results").rglob("*"):
         os.utime(path, (now, now))
+    if not (dest / "results" / CONTRACT).is_file():
+        read_contract_at_pin(dest / "results", config, kernelbench)
     return dest
 
 
@@ -170,12 +213,15 @@ def build_report(reference: Path, out: Path, workdir: Path) -> str:
     return log
 
 
-def rebuild_aggregates(reference: Path, workdir: Path) -> str:
+def rebuild_aggregates(reference: Path, workdir: Path, kernelbench: Path | None = None) -> str:
     """Rebuild `reference`'s summary, manifest and bundle in `workdir` (must not exist) with
-    the current code, then put them in place of the reference's own. Returns Snakemake's
-    output. On any failure before the copy the reference is left as it was."""
-    make_recorded_workdir(reference, workdir)
+    the current code (and its official contract, when the run has none), then put them in
+    place of the reference's own. Returns Snakemake's output. On any failure before the copy
+    the reference is left as it was."""
+    make_recorded_workdir(reference, workdir, kernelbench)
     log = snakemake(workdir, "--cores", "1", "all", *ALLOWED)
+    if not (reference / CONTRACT).is_file():
+        shutil.copy2(workdir / "results" / CONTRACT, reference / CONTRACT)
     for name in AGGREGATES:
         rebuilt, target = workdir / "results" / name, reference / name
         if rebuilt.is_dir():
@@ -192,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("reference-report.html"))
     parser.add_argument("--workdir", type=Path, help="scratch copy (default: a temporary one)")
     parser.add_argument(
+        "--kernelbench",
+        type=Path,
+        help="with --aggregates: a clone holding the pinned commit, to read the official "
+        "contract of a run recorded without one",
+    )
+    parser.add_argument(
         "--aggregates",
         action="store_true",
         help="rebuild the run's summary, manifest and bundle in place instead of a report",
@@ -201,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def build(workdir: Path) -> None:
         if args.aggregates:
-            rebuild_aggregates(reference, workdir)
+            rebuild_aggregates(reference, workdir, args.kernelbench)
         else:
             build_report(reference, args.out, workdir)
 

@@ -126,7 +126,19 @@ def get_init_inputs():
 # A KernelBench-shaped evaluator, written for the tests (not KernelBench's code): the functions,
 # signatures and calls kbfuse.tasks.evaluator reads the official check from, in the pinned
 # evaluator's shape, with the float32 tolerance a parameter (a pin with another tolerance).
+# It runs on the CPU (eval_kernel_against_ref returns whether every trial passed), so tests
+# can hold kbfuse's judges against the very source they read the contract from.
 EVAL_PY = """import torch
+
+
+def load_original_model_and_inputs(model_original_src, context):
+    exec(model_original_src, context)
+    return context["Model"], context["get_init_inputs"], context["get_inputs"]
+
+
+def load_custom_model(model_custom_src, context):
+    exec(model_custom_src, context)
+    return context["ModelNew"]
 
 
 def set_seed(seed: int):

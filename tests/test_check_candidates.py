@@ -36,6 +36,7 @@ CANDIDATES = {
     "lazy": TASK53,
     "blind_zeros": BLIND,
     "probe": TASK53,
+    "off": TASK53,
 }
 
 
@@ -113,6 +114,20 @@ def test_a_wrong_candidate_fails_every_value_check(verdicts):
     ]
     assert "2/2 official case(s) fail" in record["checks"]["official"]["detail"]
     assert record["correctness"]["cases"]["official_0"]["official_pass"] is False
+
+
+def test_a_candidate_0_3_percent_off_fails_the_pinned_tolerance(verdicts):
+    record = verdicts["off"]
+    assert record["verdict"] == "fail"
+    assert record["failed_checks"][0] == "official"
+    assert "2/2 official case(s) fail" in record["checks"]["official"]["detail"]
+    official = record["official"]
+    assert (official["atol"], official["rtol"], official["seed"]) == (1e-4, 1e-4, 42)
+    assert official["source"] == CONTRACT["tolerance_source"]["atol"]
+    assert official["trials"] == 2  # check.official_trials in SETTINGS
+    assert record["correctness"]["atol"] == 1e-4
+    good = verdicts["good"]["official"]
+    assert good == {**official, "trials": 2} and verdicts["good"]["verdict"] == "pass"
 
 
 def test_a_caching_candidate_fails_on_changed_inputs_and_is_named(verdicts):

@@ -124,6 +124,39 @@ def test_a_forward_that_reads_back_keeps_events_and_says_why_graph_is_missing(su
     assert len(eager["timing"]["cold_l2"]["samples_ms"]) == ROUNDS
 
 
+def test_a_trace_runs_in_the_cudnn_mode_it_was_traced_in():
+    """TorchScript bakes cuDNN's allow_tf32 into each convolution when it traces: a trace made
+    in strict FP32 gives strict bits under KernelBench's defaults (the survey's TorchScript
+    column did not move with the mode); traced in each mode, it gives that mode's bits."""
+    import torch
+
+    from kbfuse.survey import baselines
+    from kbfuse.survey.settings import set_numerics
+
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(64, 64, 3, padding=1).cuda()
+    x = torch.randn(8, 64, 32, 32, device="cuda")
+    try:
+        set_numerics("strict")
+        strict_trace = baselines.make("torchscript", model, [x], "kernelbench")
+        eager_strict = baselines.make("eager", model, [x], "kernelbench")(x)
+        set_numerics("kernelbench-defaults")
+        eager_tf32 = baselines.make("eager", model, [x], "kernelbench")(x)
+        tf32_trace = baselines.make("torchscript", model, [x], "kernelbench")
+        assert not torch.equal(eager_tf32, eager_strict)  # TF32 changes this convolution
+        assert torch.equal(strict_trace(x), eager_strict)  # the old trace: strict bits
+        assert torch.equal(tf32_trace(x), eager_tf32)  # traced in the mode: its bits
+    finally:
+        set_numerics("strict")
+
+
+def test_torchscript_is_built_in_each_mode_and_matches_eager_there(surveyed):
+    for mode in ("strict", "kernelbench-defaults"):
+        ts = surveyed[(1, mode)]["baselines"]["torchscript"]
+        assert ts["built_in"] == mode and ts["correctness"]["official_pass"] is True
+        assert surveyed[(1, mode)]["baselines"]["inductor"]["built_in"] == "strict"
+
+
 def test_dropout_is_nondeterministic_on_the_gpu_too(surveyed):
     rec = surveyed[(66, "strict")]
     assert rec["determinism"]["verdict"] == "nondeterministic"

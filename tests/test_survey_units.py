@@ -230,3 +230,27 @@ def test_the_studys_recorded_config_leaves_the_survey_out():
         "tasks": [53],
     }
     assert config["survey"] == {"rounds": 3}  # the workflow's own config is left alone
+
+
+def _allow_tf32_constant(traced) -> bool:
+    """The last argument of the trace's aten::_convolution: cuDNN's allow_tf32, a constant."""
+    (node,) = [n for n in traced.graph.nodes() if n.kind() == "aten::_convolution"]
+    return bool(list(node.inputs())[-1].toIValue())
+
+
+def test_a_trace_records_the_cudnn_tf32_switch_in_force_when_traced():
+    """Why the survey traces TorchScript once per numerics mode: the switch becomes a constant
+    of the graph (proven on the GPU by tests/test_survey_gpu.py)."""
+    from kbfuse.survey import baselines
+
+    model, x = torch.nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8)
+    before = torch.backends.cudnn.allow_tf32
+    try:
+        for flag in (False, True):
+            torch.backends.cudnn.allow_tf32 = flag
+            traced = baselines._torchscript(model, [x], "kernelbench")
+            torch.backends.cudnn.allow_tf32 = not flag  # changing it later changes nothing
+            assert _allow_tf32_constant(traced) is flag
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    assert baselines.MODE_BOUND == ("torchscript",)

@@ -159,11 +159,14 @@ def _walk_files(root: Path) -> list[str]:
 
 
 def _check_config(data: Mapping[str, Any], label: str) -> None:
-    """The quoted config must pass the study's config schema: its variant names become paths."""
-    from kbfuse.workflow.config import validate_schema
+    """The quoted config must pass the study's config schema: its variant names become paths.
+    A key retired since the run (kbfuse.workflow.config.RETIRED_KEYS) was valid when it was
+    recorded: it is left out of the check, not refused."""
+    from kbfuse.workflow.config import RETIRED_KEYS, validate_schema
 
+    config = {k: v for k, v in dict(data["config"]).items() if k not in RETIRED_KEYS}
     try:
-        validate_schema(copy.deepcopy(dict(data["config"])))
+        validate_schema(copy.deepcopy(config))
     except KbfuseError as exc:
         raise KbfuseError(f"manifest {label}: field config: {exc}") from None
 

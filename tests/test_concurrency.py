@@ -130,7 +130,7 @@ def test_exactly_the_gpu_jobs_ask_for_the_gpu(tmp_path, kb_repo, arch):
     config = write_test_config(workdir, *kb_repo, arch=arch)
     jobs = planned_resources(workdir, "all", "--configfile", str(config))
     # the full default study, 3 tasks x 5 variants: one verify job, one correctness job per task
-    assert len(jobs) == 26 + len(default_variants())
+    assert len(jobs) == 27 + len(default_variants())
     # With a fixed arch only CuPy's route needs the GPU to compile; `auto` asks the GPU.
     gpu_compiles = (
         {"variant=cupy-default"}

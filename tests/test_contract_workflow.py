@@ -15,9 +15,9 @@ TARGETS = ("results/kernelbench/contract.json", "results/protocol/direction_witn
 
 def test_a_pin_with_another_tolerance_changes_the_judges(tmp_path):
     url, pinned = make_kernelbench_repo(tmp_path / "kb")
-    v01 = evaluator_files(tolerance="1e-2")
-    older = commit_files(tmp_path / "kb", {"src/kernelbench/eval.py": v01["src/kernelbench/eval.py"]},
-                         "An evaluator with v0.1's tolerance")  # fmt: skip
+    evaluator = "src/kernelbench/eval.py"
+    v01 = {evaluator: evaluator_files(tolerance="1e-2")[evaluator]}
+    older = commit_files(tmp_path / "kb", v01, "An evaluator with v0.1's tolerance")
     workdir = copy_workflow(tmp_path / "wf")
     read = {}
     for commit in (pinned, older, pinned):

@@ -26,6 +26,7 @@ LOCAL_RULES = {
     "kernelbench_checkout",
     "kernelbench_task",
     "kernelbench_pin",
+    "kernelbench_contract",
     "direction_witness",
     "margin_audit",
     "summary",

@@ -151,7 +151,7 @@ def test_aggregates_rebuild_the_committed_summary_manifest_and_bundle_in_place(t
         if not name.endswith(".png"):
             assert rebuilt[name] == data, name
     report = verify_bundle(copy / "bundle/kbfuse-results.tar.gz")
-    assert report["ok"] and report["checked"] == 120, report
+    assert report["ok"] and report["checked"] == 121, report
     recorded, written = (
         json.loads(manifest.read_text()),
         json.loads((copy / "manifest.json").read_text()),

@@ -306,7 +306,7 @@ def test_rules_on_recorded_files_rebuild_summary_manifest_bundle(recorded_run, c
 
     report = verify_bundle(results / BUNDLE)
     assert report["ok"], report
-    assert report["checked"] == 120
+    assert report["checked"] == 121
     assert report["changed"] == report["missing"] == report["extra"] == []
     pin = read_json(REFERENCE / "kernelbench/pin.json")
     assert report["pin"] == {"url": pin["url"], "commit": config["kernelbench"]["commit"]}

@@ -89,6 +89,7 @@ def test_survey_records_runs_one_job_per_task(surveyed):
     workdir, _, jobs, _ = surveyed
     assert jobs == {
         ("kernelbench_checkout", ""),
+        ("kernelbench_contract", ""),  # every survey job judges with the pinned contract
         ("survey_task_list", ""),
         *{("survey_pin", f"survey_task={t}") for t in (1, 7, 66)},
         *{("survey_task", f"survey_task={t}") for t in (1, 7, 66)},

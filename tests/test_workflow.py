@@ -102,6 +102,7 @@ def test_full_default_dag_by_dry_run(default_dag):
         "kernelbench_checkout": 1,
         "kernelbench_task": n_tasks,
         "kernelbench_pin": 1,
+        "kernelbench_contract": 1,
         "compile_variant": len(ALL_VARIANTS),
         "verify_variants": 1,  # every variant in one job
         "env_fingerprint": 1,
@@ -119,7 +120,7 @@ def test_full_default_dag_by_dry_run(default_dag):
     # GPU jobs besides the compiles: one verify, one env, two correctness jobs per task
     # (variants, baselines), timing and controls per task, the task-81 witness.
     assert sum(n for rule, n in rules_of(jobs).items() if rule in GPU_RULES) == 4 * n_tasks + 3
-    assert len(jobs) == 11 + 5 * n_tasks + len(ALL_VARIANTS)
+    assert len(jobs) == 12 + 5 * n_tasks + len(ALL_VARIANTS)
 
 
 def test_one_job_writes_every_variants_correctness_and_verify_file(default_dag):

@@ -88,6 +88,35 @@ def tf32_by_main_op(tf32: pd.DataFrame, threshold: float = 1.5) -> list[str]:
     return lines
 
 
+def baselines_follow_the_mode(strict: pd.DataFrame, defaults: pd.DataFrame) -> list[str]:
+    """Each baseline's strict over defaults time on the convolution tasks: TorchScript must
+    move like eager (a trace made in one mode kept that mode's cuDNN switch)."""
+    both = strict.merge(defaults, on="task", suffixes=("_strict", "_defaults"))
+    convs = both[both["main_op_strict"] == "aten.convolution"]
+    lines = []
+    for name in ("eager", "torchscript", "inductor"):
+        if f"{name}_ms_strict" not in convs:
+            continue
+        ratio = (convs[f"{name}_ms_strict"] / convs[f"{name}_ms_defaults"]).dropna()
+        lines.append(
+            f"{name} on {len(ratio)} convolution tasks, strict over defaults: median "
+            f"{ratio.median():.2f}, max {ratio.max():.2f}, {int((ratio > 1.5).sum())} above 1.5x"
+        )
+    return lines
+
+
+def failure_figures(failures: pd.DataFrame) -> list[str]:
+    """Failed baselines by mode, baseline and stage, then each one."""
+    counts = failures.groupby(["numerics", "baseline", "stage"]).size()
+    lines = [f"{len(failures)} failed baselines"]
+    lines += [f"{n} x {mode} {name}: {stage}" for (mode, name, stage), n in counts.items()]
+    lines += [
+        f"task {r.task} {r.numerics} {r.baseline}: {r.stage} ({r.message})"
+        for r in failures.itertuples()
+    ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("summary", type=Path, help="a survey's summary folder")
@@ -103,15 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     print("## TF32")
     tf32 = pd.read_csv(args.summary / "tf32.csv")
     print("\n".join(f"- {line}" for line in tf32_figures(tf32) + tf32_by_main_op(tf32)))
+    strict, defaults = (pd.read_csv(args.summary / f"survey_{m}.csv") for m in MODES)
+    print("\n".join(f"- {line}" for line in baselines_follow_the_mode(strict, defaults)))
     failures = pd.read_csv(args.summary / "failures.csv")
     print("## Failures")
-    print(
-        f"- {len(failures)} failed baselines"
-        + "".join(
-            f"\n- task {r.task} {r.numerics} {r.baseline}: {r.stage} {r.error}"
-            for r in failures.itertuples()
-        )
-    )
+    print("\n".join(f"- {line}" for line in failure_figures(failures)))
     return 0
 
 

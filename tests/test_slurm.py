@@ -131,43 +131,79 @@ def survey_copy(folder: Path, repo: tuple[str, str]) -> tuple[Path, Path]:
 # ------------------------------------------------------------------ the runs the tests read
 
 
-def start_paused(cluster: Cluster, workdir: Path, overlay: Path, variant: str, folder: Path):
-    """`cpu` on Slurm started in the background, its compile of `variant` pausing once its
-    artifact is written (kbfuse.faults; the pause creates `folder`/paused). (the running
-    Snakemake, its output file)."""
-    env = {
-        **cluster.env,
-        "PYTHONPATH": str(workdir / "src"),
-        "KBFUSE_PAUSE_AT": f"compile:{variant}",
-        "KBFUSE_PAUSE_MARKER": str(folder / "paused"),
-    }
-    args = ["--workflow-profile", "profiles/slurm", *FAST_POLLS, "cpu"]
-    output = folder / "run.out"
+@dataclass
+class Started:
+    """A run on the cluster started in the background."""
+
+    workdir: Path
+    overlay: Path
+    proc: object  # tests/snakefork.py's Started, or a subprocess.Popen
+    output: Path
+
+    def finish(self, timeout: float = 300) -> Run:
+        """The run, once it has ended (killed, and the test failed, after `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"the run did not end in {timeout} s:\n{self.text()}")
+            time.sleep(0.5)
+        return Run(self.workdir, self.text())
+
+    def text(self) -> str:
+        return self.output.read_text()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def start(cluster: Cluster, copy: tuple[Path, Path], target: str, pause: str = "") -> Started:
+    """`target` on the cluster, in the background, from the workflow copy (workdir, config
+    overlay); with `pause`, the job that reaches that kbfuse pause point (kbfuse.faults) waits
+    there, having written workdir/../paused."""
+    workdir, overlay = copy
+    env = {**cluster.env, "PYTHONPATH": str(workdir / "src")}
+    if pause:
+        env |= {"KBFUSE_PAUSE_AT": pause, "KBFUSE_PAUSE_MARKER": str(workdir.parent / "paused")}
+    args = ["--workflow-profile", "profiles/slurm", *FAST_POLLS, target]
+    output = workdir.parent / "run.out"
     proc = snakefork.start([*args, "--configfile", str(overlay)], workdir, env, output,
                            new_session=True)  # fmt: skip
-    return proc, output
+    return Started(workdir, overlay, proc, output)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def past_runtime(cluster, kb_repo, tmp_path_factory):
-    """A run whose compile job pauses, with a runtime of one minute, started before the
-    module's first test: Slurm ends it after 60-90 s while the other tests run.
-    (the running Snakemake, its output file)."""
-    folder = tmp_path_factory.mktemp("runtime")
-    workdir, overlay = study_copy(folder / "wf", kb_repo, VARIANTS[:1])
-    site_profile(workdir, compile_variant={"runtime": 1})
-    proc, output = start_paused(cluster, workdir, overlay, VARIANTS[0], folder)
-    yield proc, output
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def started(cluster, kb_repo, survey_repo, tmp_path_factory) -> dict[str, Started]:
+    """Every run the module reads, started at once before its first test: they wait for
+    Slurm's polls far more than they compute, and the job past its runtime takes 60-90 s
+    before Slurm ends it.
 
+    - study, survey: the `cpu` target and the survey on the cluster;
+    - cancel: `cpu`, the compile of the second variant paused (for scancel);
+    - memory: `cpu` of one variant whose compile asks for mem_mb=100;
+    - runtime: `cpu` of one variant whose compile asks for runtime=1 and pauses."""
 
-@pytest.fixture(scope="module")
-def study(cluster, kb_repo, tmp_path_factory) -> Run:
-    workdir, overlay = study_copy(tmp_path_factory.mktemp("study") / "wf", kb_repo)
-    site_profile(workdir)
-    return on_slurm(cluster, workdir, "cpu", "--configfile", str(overlay))
+    def copy(name: str, make, *args, **rules) -> tuple[Path, Path]:
+        workdir, overlay = make(tmp_path_factory.mktemp(name) / "wf", *args)
+        site_profile(workdir, **rules)
+        return workdir, overlay
+
+    runs = {
+        "runtime": start(cluster, copy("runtime", study_copy, kb_repo, VARIANTS[:1],
+                                       compile_variant={"runtime": 1}),
+                         "cpu", pause=f"compile:{VARIANTS[0]}"),
+        "study": start(cluster, copy("study", study_copy, kb_repo), "cpu"),
+        "survey": start(cluster, copy("survey", survey_copy, survey_repo), "survey_records"),
+        "cancel": start(cluster, copy("cancel", study_copy, kb_repo), "cpu",
+                        pause=f"compile:{VARIANTS[1]}"),
+        "memory": start(cluster, copy("memory", study_copy, kb_repo, VARIANTS[:1],
+                                      compile_variant={"mem_mb": 100}), "cpu"),
+    }  # fmt: skip
+    yield runs
+    for run in runs.values():
+        run.kill()
 
 
 @pytest.fixture(scope="module")
@@ -175,11 +211,20 @@ def survey_repo(tmp_path_factory) -> tuple[str, str]:
     return make_survey_repo(tmp_path_factory.mktemp("survey-kb"))
 
 
+def finished(run: Started) -> Run:
+    done = run.finish()
+    assert run.proc.returncode == 0, done.output
+    return done
+
+
 @pytest.fixture(scope="module")
-def survey(cluster, survey_repo, tmp_path_factory) -> Run:
-    workdir, overlay = survey_copy(tmp_path_factory.mktemp("survey") / "wf", survey_repo)
-    site_profile(workdir)
-    return on_slurm(cluster, workdir, "survey_records", "--configfile", str(overlay))
+def study(started) -> Run:
+    return finished(started["study"])
+
+
+@pytest.fixture(scope="module")
+def survey(started) -> Run:
+    return finished(started["survey"])
 
 
 def local_run(workdir: Path, overlay: Path, target: str) -> Path:
@@ -289,83 +334,49 @@ def test_the_scheduler_got_what_the_profile_and_the_rules_ask(name, rule, reques
 # ------------------------------------------------------------------------ failure modes
 
 
-def wait_for(what: str, done, proc, output: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended before {what}:\n{output.read_text()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {timeout} s:\n{output.read_text()}")
-        time.sleep(0.2)
-
-
-def finish(proc, output: Path, timeout: float = 240) -> str:
-    """The output of the run `proc` once it has ended."""
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise AssertionError(f"the run did not end in {timeout} s:\n{output.read_text()}")
-        time.sleep(0.5)
-    return output.read_text()
-
-
-def test_a_cancelled_job_is_reported_and_a_rerun_redoes_it_alone(cluster, kb_repo, tmp_path):
-    workdir, overlay = study_copy(tmp_path / "wf", kb_repo)
-    site_profile(workdir)
+def test_a_cancelled_job_is_reported_and_a_rerun_redoes_it_alone(started, cluster):
+    run = started["cancel"]
     cancelled, kept = VARIANTS[1], VARIANTS[0]
-    proc, output = start_paused(cluster, workdir, overlay, cancelled, tmp_path)
-    kept_meta = workdir / f"results/compile/{kept}/meta.json"
-    paused = tmp_path / "paused"
-    wait_for("a paused job and the other compiled", lambda: paused.exists() and kept_meta.exists(),
-             proc, output)  # fmt: skip
-    job = next(j for j in submitted(output.read_text()) if j.wildcards == cancelled)
+    paused = run.workdir.parent / "paused"
+    kept_meta = run.workdir / f"results/compile/{kept}/meta.json"
+    deadline = time.monotonic() + 240
+    while not (paused.exists() and kept_meta.exists()):
+        assert run.proc.poll() is None, f"the run ended before its job paused:\n{run.text()}"
+        assert time.monotonic() < deadline, f"no paused job after 240 s:\n{run.text()}"
+        time.sleep(0.2)
+    job = next(j for j in submitted(run.text()) if j.wildcards == cancelled)
     cluster.command("scancel", job.slurm_id)
-    out = finish(proc, output)
-    assert proc.returncode == 1
+    out = run.finish().output
+    assert run.proc.returncode == 1
     assert f"SLURM-job '{job.slurm_id}' failed, SLURM status is: 'CANCELLED'" in out
     assert (f"kbfuse: rule compile_variant ({cancelled}), Slurm job {job.slurm_id}: cancelled"
             " (scancel, or the site). Run the same command again") in out  # fmt: skip
-    kept_times = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("*.json")}
-    assert not (workdir / f"results/compile/{cancelled}/meta.json").exists()
+    results = run.workdir / "results"
+    kept_times = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    assert not (results / f"compile/{cancelled}/meta.json").exists()
 
-    rerun = on_slurm(cluster, workdir, "cpu", "--configfile", str(overlay))
+    rerun = on_slurm(cluster, run.workdir, "cpu", "--configfile", str(run.overlay))
     assert rerun.jobs(local=False) == [("compile_variant", cancelled)]
     assert rerun.jobs(local=True) == [("cpu", "")]  # the target, which has no output
     assert [(j.rule, j.wildcards) for j in rerun.submitted] == [("compile_variant", cancelled)]
     assert {p: p.stat().st_mtime_ns for p in kept_times} == kept_times
-    assert json.loads((workdir / f"results/compile/{cancelled}/meta.json").read_text())["variant"] \
+    assert json.loads((results / f"compile/{cancelled}/meta.json").read_text())["variant"] \
         == cancelled  # fmt: skip
 
 
-def test_a_job_over_its_memory_fails_naming_the_rule_and_mem_mb(cluster, kb_repo, tmp_path):
-    workdir, overlay = study_copy(tmp_path / "wf", kb_repo, VARIANTS[:1])
-    site_profile(workdir, compile_variant={"mem_mb": 100})
-    run = on_slurm(cluster, workdir, "cpu", "--configfile", str(overlay), check=False)
+def test_a_job_over_its_memory_fails_naming_the_rule_and_mem_mb(started, cluster):
+    run = started["memory"].finish()
+    assert started["memory"].proc.returncode == 1
     (job,) = run.submitted
     assert f"Error in rule compile_variant:\n    message: SLURM-job '{job.slurm_id}' failed" \
         in run.output  # fmt: skip
     line = re.search(
         rf"^kbfuse: rule compile_variant \({VARIANTS[0]}\), Slurm job {job.slurm_id}: killed for "
-        r"exceeding its memory, (\d+) MB used of mem_mb=100\. Raise mem_mb for compile_variant "
+        r"exceeding its memory, ([\d.]+) MB used of mem_mb=100\. Raise mem_mb for compile_variant "
         r"under set-resources in profiles/slurm\.$", run.output, re.M)  # fmt: skip
     assert line, run.output
-    assert int(line.group(1)) > 100
+    assert float(line.group(1)) > 100
     assert cluster.sacct(run_id(run.output))[job.slurm_id]["State"] == "FAILED"
-
-
-def test_a_job_past_its_runtime_fails_naming_the_rule_and_runtime(past_runtime, cluster):
-    """Last in the module: by now Slurm has ended the paused job at its time limit."""
-    proc, output = past_runtime
-    out = finish(proc, output, timeout=300)
-    assert proc.returncode == 1
-    (job,) = submitted(out)
-    assert f"SLURM-job '{job.slurm_id}' failed, SLURM status is: 'TIMEOUT'" in out
-    assert (f"kbfuse: rule compile_variant ({VARIANTS[0]}), Slurm job {job.slurm_id}: cancelled at"
-            " its time limit, runtime=1 min. Raise runtime for compile_variant under"
-            " set-resources in profiles/slurm.") in out  # fmt: skip
-    assert cluster.sacct(run_id(out))[job.slurm_id]["State"] == "TIMEOUT"
 
 
 # ------------------------------------------------------------------------ the cluster itself
@@ -392,3 +403,19 @@ def test_a_second_cluster_runs_beside_the_first_and_stops_only_its_own_daemons(c
     assert [name for name, pid in pids.items() if alive(pid)] == []
     assert all(alive(pid) for pid in cluster.pids().values())
     assert cluster.command("sinfo", "-h", "-o", "%P %a").split() == [f"{PARTITION}*", "up"]
+
+
+# ------------------------------------------------------------------------ last
+
+
+def test_a_job_past_its_runtime_fails_naming_the_rule_and_runtime(started, cluster):
+    """Last: Slurm ends the job 60-90 s after it starts, and the plugin, which polls less often
+    the longer nothing ends, notices it up to a minute later."""
+    run = started["runtime"].finish()
+    assert started["runtime"].proc.returncode == 1
+    (job,) = run.submitted
+    assert f"SLURM-job '{job.slurm_id}' failed, SLURM status is: 'TIMEOUT'" in run.output
+    assert (f"kbfuse: rule compile_variant ({VARIANTS[0]}), Slurm job {job.slurm_id}: cancelled at"
+            " its time limit, runtime=1 min. Raise runtime for compile_variant under"
+            " set-resources in profiles/slurm.") in run.output  # fmt: skip
+    assert cluster.sacct(run_id(run.output))[job.slurm_id]["State"] == "TIMEOUT"

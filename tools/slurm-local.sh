@@ -16,24 +16,29 @@
 # Debian's packages (bookworm: Slurm 22.05, MariaDB 10.11, munge 0.5), as root:
 #   apt-get install -y --no-install-recommends slurmctld slurmd slurm-client slurmdbd munge mariadb-server
 #
-# Why slurmdbd: snakemake-executor-plugin-slurm (2.8) asks `sacct` for the state of its jobs
-# whenever sacct is installed (it is, with slurm-client), and takes the failure reason of a
-# failed job and the account to submit with from accounting. Without slurmdbd, sacct fails and
-# the plugin never learns that a job ended. So the cluster keeps accounting, as sites do.
+# Why slurmdbd (job accounting, in MariaDB): sites run it, and snakemake-executor-plugin-slurm
+# (2.8) leans on it. Its default status command is sacct whenever sacct is installed (always,
+# with slurm-client); without accounting sacct answers "Slurm accounting storage is disabled",
+# the plugin never learns that a job ended and the run waits forever (tried with this script's
+# cluster less slurmdbd). profiles/slurm asks for squeue instead, for another reason (see
+# there), but the plugin still turns to sacct where MinJobAge is short, checks an account given
+# in the profile with sacctmgr, and the tests read each job's record with sacct.
 #
 # The node, `kbfuse`, declares more than a small machine has (SlurmdParameters=config_overrides):
-# 8 CPUs, 64000 MB and two GPUs of type h200 (with no GPU behind them), so that the
-# profile's requests (a GPU job asks for 4 CPUs, 16000 MB and a GPU) are scheduled as a site
-# would schedule them. The jobs the tests run use little of it; a GPU "granted" here is a
-# scheduling token, the job runs on the CPU. Memory is enforced by polling each job's RSS
-# (jobacct_gather/linux with OverMemoryKill, every second), which needs no cgroups.
+# 16 CPUs, 64000 MB and two GPUs of type h200 (with no GPU behind them), so that the profile's
+# requests (a GPU job asks for 4 CPUs, 16000 MB and a GPU) are scheduled as a site would
+# schedule them, several runs at once. The jobs the tests run use little of it; a GPU "granted"
+# here is a scheduling token, the job runs on the CPU. Memory is enforced by polling each job's
+# RSS (jobacct_gather/linux with OverMemoryKill, every second), which needs no cgroups: such a
+# job ends FAILED, where a cgroup limit would make it OUT_OF_MEMORY. MinJobAge is an hour, so
+# that `scontrol show job` still shows a test session's finished jobs.
 set -euo pipefail
 
 NODE=kbfuse
 PARTITION=main
 ACCOUNT=kbfuse
 CLUSTER=kbfuse
-NODE_CPUS=8
+NODE_CPUS=16
 NODE_MEMORY_MB=64000
 NODE_GPUS=2  # one gres.conf line each
 GPU_TYPE=h200
@@ -223,18 +228,19 @@ node_idle() {
     [[ $(sinfo -h -n "$NODE" -o %t) == idle ]]
 }
 
-stop_pid() {  # stop_pid NAME: TERM the pid in DIR/run/NAME.pid, KILL it after 20 s
-    local file=$DIR/run/$1.pid pid
-    [[ -s $file ]] || return 0
-    pid=$(<"$file")
-    if kill -TERM "$pid" 2>/dev/null; then
-        for _ in $(seq 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.2
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$file"
+stop_pids() {  # stop_pids NAME...: TERM the pids in DIR/run/NAME.pid, KILL those left after 20 s
+    local name pids=()
+    for name in "$@"; do
+        [[ -s $DIR/run/$name.pid ]] && pids+=("$(<"$DIR/run/$name.pid")")
+        rm -f "$DIR/run/$name.pid"
+    done
+    ((${#pids[@]})) || return 0
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 100); do
+        kill -0 "${pids[@]}" 2>/dev/null || break  # succeeds while any is alive
+        sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 
 stop() {
@@ -248,10 +254,9 @@ stop() {
             sleep 0.2
         done
     fi
-    local name
-    for name in slurmd slurmctld slurmdbd mariadb munged; do
-        stop_pid "$name"
-    done
+    # the scheduler first, then what it reports to and authenticates with
+    stop_pids slurmd slurmctld
+    stop_pids slurmdbd mariadb munged
     echo "slurm-local: stopped the cluster in $DIR"
 }
 

@@ -14,7 +14,7 @@ the resources Snakemake asked for it (its `rule` block: mem_mb, runtime) and Slu
 its Slurm log, and prints one line per job it can explain:
 
     kbfuse: rule compile_variant (nvrtc-cubin-noftz), Slurm job 12: killed for exceeding its
-    memory, 142 MB used of mem_mb=100. Raise mem_mb for compile_variant under set-resources in
+    memory, 142.33 MB used of mem_mb=100. Raise mem_mb for compile_variant under set-resources in
     profiles/slurm.
 
 A local run's log holds no Slurm job, and a job that failed on its own (its rule's log says
@@ -98,7 +98,7 @@ def explain(job: FailedJob, slurm_log_text: str) -> str | None:
     over = _OVER_MEMORY.search(slurm_log_text)
     mem = _asked(job, "mem_mb")
     if over or _OOM_KILL.search(slurm_log_text) or job.status == "OUT_OF_MEMORY":
-        used = f"{int(over.group(1)) >> 20} MB used of " if over else ""
+        used = f"{int(over.group(1)) / 2**20:.2f} MB used of " if over else ""
         return f"{where}: killed for exceeding its memory, {used}{mem}. {raise_it.format('mem_mb')}"
     if _TIME_LIMIT in slurm_log_text or job.status == "TIMEOUT":
         runtime = _asked(job, "runtime", " min")

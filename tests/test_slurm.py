@@ -1,30 +1,29 @@
 """The cluster path against a real Slurm: profiles/slurm and Snakemake's Slurm executor plugin
 submitting to slurmctld and slurmd on this machine (tools/slurm-local.sh, started once for
-this module: tests/slurmcluster.py).
+this module, which pytest-xdist gives to one worker whole: tests/slurmcluster.py).
 
-The cluster is set up as a site would set the profile up (docs/running.md): an account and a
-partition under `default-resources`, a GPU model on every GPU rule. Its node offers two GPUs
-of that model that are not there: the survey runs on the CPU (`survey.device: cpu`), its jobs
-still ask for and get a GPU each, as on a GPU cluster.
+The profile is set up as a site sets it up (docs/running.md): an account and a partition under
+`default-resources`, a GPU model on every GPU rule. The node offers two GPUs of that model that
+are not there: the survey runs on the CPU (`survey.device: cpu`), its jobs still ask for and get
+a GPU each, as on a GPU cluster. Every run the tests read starts in the background before the
+first test (`started`): they mostly wait for the plugin's polls.
 
-- The CPU part of the study (`cpu`, two variants) and the survey of a KernelBench-shaped
-  fixture go through it: every job but the `localrules` is a Slurm job the accounting knows,
-  under the run's name, with the rule and wildcards as its comment; the `localrules` are run by
-  Snakemake itself and are not in Slurm's records; the results are those of a local run (the
-  study's byte for byte, the survey's but for the times it measured); the scheduler saw the
-  requests (`scontrol show job`) that profiles/slurm and the rules declare.
 - A job cancelled with `scancel` while it runs: Snakemake reports it, and a rerun redoes that
   job and nothing else.
-- A job over its memory, and one past its runtime (a job paused in the background while the
-  other tests run): the run fails with a line naming the rule and the resource to raise
-  (kbfuse.workflow.slurm, from the Snakefile's `onerror`).
+- A job over its memory, and one past its runtime: the run fails with a line naming the rule and
+  the resource to raise (kbfuse.workflow.slurm, from the Snakefile's `onerror`).
+- The CPU part of the study (`cpu`, two variants) and the survey of a KernelBench-shaped
+  fixture: every job but the `localrules` is a Slurm job the accounting knows, under the run's
+  name, with the rule and wildcards as its comment; the `localrules` are run by Snakemake itself
+  and are not in Slurm's records; the results are those of a local run (the study's byte for
+  byte, the survey's but for the times it measured); the scheduler saw the requests
+  (`scontrol show job`) that profiles/slurm and the rules declare.
 - A second cluster beside the first: each has its own daemons, and stopping one stops all of
   its own and none of the other's.
 
 Where Slurm, munge or MariaDB is not installed, or not as root, every test here skips with the
 reason (tests/conftest.py); CI installs them (.ci/run).
 """
-
 from __future__ import annotations
 
 import json
@@ -232,6 +231,55 @@ def local_run(workdir: Path, overlay: Path, target: str) -> Path:
     return workdir
 
 
+# ------------------------------------------------------------------------ failure modes
+# (first: the paused job is cancelled while the run still polls Slurm often)
+
+
+def test_a_cancelled_job_is_reported_and_a_rerun_redoes_it_alone(started, cluster):
+    run = started["cancel"]
+    cancelled, kept = VARIANTS[1], VARIANTS[0]
+    paused = run.workdir.parent / "paused"
+    kept_meta = run.workdir / f"results/compile/{kept}/meta.json"
+    deadline = time.monotonic() + 240
+    while not (paused.exists() and kept_meta.exists()):
+        assert run.proc.poll() is None, f"the run ended before its job paused:\n{run.text()}"
+        assert time.monotonic() < deadline, f"no paused job after 240 s:\n{run.text()}"
+        time.sleep(0.2)
+    job = next(j for j in submitted(run.text()) if j.wildcards == cancelled)
+    cluster.command("scancel", job.slurm_id)
+    out = run.finish().output
+    assert run.proc.returncode == 1
+    assert f"SLURM-job '{job.slurm_id}' failed, SLURM status is: 'CANCELLED'" in out
+    assert (f"kbfuse: rule compile_variant ({cancelled}), Slurm job {job.slurm_id}: cancelled"
+            " (scancel, or the site). Run the same command again") in out  # fmt: skip
+    results = run.workdir / "results"
+    kept_times = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
+    assert not (results / f"compile/{cancelled}/meta.json").exists()
+
+    rerun = on_slurm(cluster, run.workdir, "cpu", "--configfile", str(run.overlay))
+    assert rerun.jobs(local=False) == [("compile_variant", cancelled)]
+    assert rerun.jobs(local=True) == [("cpu", "")]  # the target, which has no output
+    assert [(j.rule, j.wildcards) for j in rerun.submitted] == [("compile_variant", cancelled)]
+    assert {p: p.stat().st_mtime_ns for p in kept_times} == kept_times
+    assert json.loads((results / f"compile/{cancelled}/meta.json").read_text())["variant"] \
+        == cancelled  # fmt: skip
+
+
+def test_a_job_over_its_memory_fails_naming_the_rule_and_mem_mb(started, cluster):
+    run = started["memory"].finish()
+    assert started["memory"].proc.returncode == 1
+    (job,) = run.submitted
+    assert f"Error in rule compile_variant:\n    message: SLURM-job '{job.slurm_id}' failed" \
+        in run.output  # fmt: skip
+    line = re.search(
+        rf"^kbfuse: rule compile_variant \({VARIANTS[0]}\), Slurm job {job.slurm_id}: killed for "
+        r"exceeding its memory, ([\d.]+) MB used of mem_mb=100\. Raise mem_mb for compile_variant "
+        r"under set-resources in profiles/slurm\.$", run.output, re.M)  # fmt: skip
+    assert line, run.output
+    assert float(line.group(1)) > 100
+    assert cluster.sacct(run_id(run.output))[job.slurm_id]["State"] == "FAILED"
+
+
 # ------------------------------------------------------------------------------ the study
 
 
@@ -329,54 +377,6 @@ def test_the_scheduler_got_what_the_profile_and_the_rules_ask(name, rule, reques
         assert shown.get("TresPerJob") == gpus
         assert (shown["Account"], shown["Partition"]) == (ACCOUNT, PARTITION)
         assert shown["Comment"] == f"rule_{rule}_wildcards_{job.wildcards}"
-
-
-# ------------------------------------------------------------------------ failure modes
-
-
-def test_a_cancelled_job_is_reported_and_a_rerun_redoes_it_alone(started, cluster):
-    run = started["cancel"]
-    cancelled, kept = VARIANTS[1], VARIANTS[0]
-    paused = run.workdir.parent / "paused"
-    kept_meta = run.workdir / f"results/compile/{kept}/meta.json"
-    deadline = time.monotonic() + 240
-    while not (paused.exists() and kept_meta.exists()):
-        assert run.proc.poll() is None, f"the run ended before its job paused:\n{run.text()}"
-        assert time.monotonic() < deadline, f"no paused job after 240 s:\n{run.text()}"
-        time.sleep(0.2)
-    job = next(j for j in submitted(run.text()) if j.wildcards == cancelled)
-    cluster.command("scancel", job.slurm_id)
-    out = run.finish().output
-    assert run.proc.returncode == 1
-    assert f"SLURM-job '{job.slurm_id}' failed, SLURM status is: 'CANCELLED'" in out
-    assert (f"kbfuse: rule compile_variant ({cancelled}), Slurm job {job.slurm_id}: cancelled"
-            " (scancel, or the site). Run the same command again") in out  # fmt: skip
-    results = run.workdir / "results"
-    kept_times = {p: p.stat().st_mtime_ns for p in results.rglob("*.json")}
-    assert not (results / f"compile/{cancelled}/meta.json").exists()
-
-    rerun = on_slurm(cluster, run.workdir, "cpu", "--configfile", str(run.overlay))
-    assert rerun.jobs(local=False) == [("compile_variant", cancelled)]
-    assert rerun.jobs(local=True) == [("cpu", "")]  # the target, which has no output
-    assert [(j.rule, j.wildcards) for j in rerun.submitted] == [("compile_variant", cancelled)]
-    assert {p: p.stat().st_mtime_ns for p in kept_times} == kept_times
-    assert json.loads((results / f"compile/{cancelled}/meta.json").read_text())["variant"] \
-        == cancelled  # fmt: skip
-
-
-def test_a_job_over_its_memory_fails_naming_the_rule_and_mem_mb(started, cluster):
-    run = started["memory"].finish()
-    assert started["memory"].proc.returncode == 1
-    (job,) = run.submitted
-    assert f"Error in rule compile_variant:\n    message: SLURM-job '{job.slurm_id}' failed" \
-        in run.output  # fmt: skip
-    line = re.search(
-        rf"^kbfuse: rule compile_variant \({VARIANTS[0]}\), Slurm job {job.slurm_id}: killed for "
-        r"exceeding its memory, ([\d.]+) MB used of mem_mb=100\. Raise mem_mb for compile_variant "
-        r"under set-resources in profiles/slurm\.$", run.output, re.M)  # fmt: skip
-    assert line, run.output
-    assert float(line.group(1)) > 100
-    assert cluster.sacct(run_id(run.output))[job.slurm_id]["State"] == "FAILED"
 
 
 # ------------------------------------------------------------------------ the cluster itself

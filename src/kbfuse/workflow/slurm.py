@@ -38,7 +38,9 @@ _BLOCK = re.compile(
 _FIELD = re.compile(r"^    (\w+): (.*)$", re.M)
 _SLURM_LOG = re.compile(r"(\S*/slurm_logs/rule_[^/\s]+/(?:(\S+)/)?[^/\s]+\.log)")
 _STATUS = re.compile(r"SLURM status is: '(\w+)'")
-# Slurm's words in a job's log (slurmstepd, 22.05 to 25.x)
+# Slurm's words in a job's log (slurmstepd): the accounting poll's kill, as seen on 22.05 here;
+# a cgroup memory limit's "Detected N oom_kill event(s)" ("oom-kill" in older versions); the
+# time limit and a cancellation, as seen here.
 _OVER_MEMORY = re.compile(r"exceeded memory limit \((\d+) > (\d+)\)")
 _OOM_KILL = re.compile(r"oom[-_]kill event", re.I)
 _TIME_LIMIT = "DUE TO TIME LIMIT"
@@ -65,7 +67,7 @@ def failed_jobs(text: str) -> list[FailedJob]:
     for match in _BLOCK.finditer(text):
         kind, rule, body = match.groups()
         fields = dict(_FIELD.findall(body))
-        if kind == "rule" and "jobid" in fields:
+        if kind in ("rule", "checkpoint") and "jobid" in fields:
             resources[fields["jobid"]] = _resources(fields.get("resources", ""))
         elif kind == "Error in rule" and fields.get("external_jobid"):
             log = _SLURM_LOG.search(fields.get("log", ""))

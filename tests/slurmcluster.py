@@ -17,11 +17,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "slurm-local.sh"
 NOT_INSTALLED = 3  # the script's exit status for "cannot run here"
+UNSETTLED = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING"}
 
 
 def _setting(name: str) -> str:
@@ -96,13 +98,20 @@ class Cluster:
             raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc.stdout
 
-    def sacct(self, name: str) -> dict[str, dict[str, str]]:
-        """The accounting records of the jobs named `name` (a run id), by job id."""
+    def sacct(self, name: str, timeout: float = 30) -> dict[str, dict[str, str]]:
+        """The accounting records of the jobs named `name` (a run id), by job id, once none is
+        still pending or running there (slurmctld tells slurmdbd a job's end a moment after
+        squeue, which the plugin reads, knows it)."""
         fields = ("JobIDRaw", "JobName", "State", "Comment", "Account", "Partition")
-        out = self.command("sacct", "-X", "-P", "-n", "--name", name,
-                           "--format", ",".join(fields))  # fmt: skip
-        rows = (dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines())
-        return {row["JobIDRaw"]: row for row in rows}
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.command("sacct", "-X", "-P", "-n", "--name", name,
+                               "--format", ",".join(fields))  # fmt: skip
+            rows = [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines()]
+            unsettled = [row for row in rows if row["State"] in UNSETTLED]
+            if not unsettled or time.monotonic() > deadline:
+                return {row["JobIDRaw"]: row for row in rows}
+            time.sleep(0.5)
 
     def show_job(self, slurm_id: str) -> dict[str, str]:
         """`scontrol show job` of one job, its `Key=Value` fields as a dict."""

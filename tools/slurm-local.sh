@@ -169,6 +169,8 @@ EOF
 start_munge() {
     dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$DIR/munge/munge.key"
+    # --force: munged refuses a socket below a folder that not everyone may enter, as pytest's
+    # temporary folders are (it then only warns)
     munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
         --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" \
         --seed-file="$DIR/munge/munged.seed"

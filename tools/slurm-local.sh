@@ -162,6 +162,7 @@ EOF
 SLURM_CONF=$DIR/etc/slurm.conf exec $(command -v srun) "\$@"
 EOF
     chmod 755 "$DIR/bin/srun"
+    # shellcheck disable=SC2016  # $PATH expands where the file is sourced
     printf 'export SLURM_CONF=%s\nexport PATH=%s:"$PATH"\n' "$DIR/etc/slurm.conf" "$DIR/bin" \
         >"$DIR/env"
 }
@@ -187,6 +188,7 @@ start_database() {
         --port="$port" --socket="$DIR/run/mariadb.sock" --pid-file="$DIR/run/mariadb.pid" \
         --log-error="$DIR/log/mariadb.log" --skip-name-resolve --innodb-buffer-pool-size=16M \
         --skip-log-bin </dev/null >/dev/null 2>&1 &
+    echo $! >"$DIR/run/mariadb.pid"  # (mariadbd writes the same once it is up)
     wait_for 60 MariaDB mariadb --no-defaults --socket="$DIR/run/mariadb.sock" -u root -e 'select 1'
     mariadb --no-defaults --socket="$DIR/run/mariadb.sock" -u root -e \
         "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';

@@ -79,6 +79,14 @@ localrules:
     survey_summary,
 
 
+# A failed cluster job (profiles/slurm): which rule Slurm stopped, and which of its resources to
+# raise (kbfuse.workflow.slurm); nothing for a local run.
+onerror:
+    from kbfuse.workflow.slurm import explain_failures
+
+    explain_failures(log)
+
+
 rule all:
     default_target: True
     input:

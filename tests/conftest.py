@@ -4,7 +4,8 @@ the suite's skip accounting.
 Skips are never silent: a test that cannot run here is skipped by a marker or condition
 whose reason is printed (-ra), and with KBFUSE_CHECK_SKIPS=1 (set by CI) the session fails
 when the tests skipped differ from tests/expected_skips.txt, naming the difference. Tests
-marked `nvcc` are skipped, and so counted, where no working nvcc is found.
+marked `nvcc` are skipped, and so counted, where no working nvcc is found; tests marked `slurm`
+where tools/slurm-local.sh cannot start a cluster (Slurm, munge or MariaDB not installed).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ SLOW_MODULES = {
     "test_no_gpu",
     "test_reference_summary",
     "test_report",
+    "test_slurm",
     "test_snakefork",
     "test_workflow",
 }
@@ -72,6 +74,7 @@ def pytest_collection_modifyitems(config, items):
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
     _skip_without_nvcc(items)
+    _skip_without_slurm(items)
     items.sort(key=_module_rank(items))
 
 
@@ -89,8 +92,8 @@ def pytest_collection_modifyitems(config, items):
 # The longest files on two cores, longest first (docs/newcomer.md's run); then the other
 # modules marked slow, then the rest, each group in collection order.
 LONGEST_FIRST = (
+    "test_slurm",
     "test_interruption",
-    "test_survey_slurm",
     "test_survey_workflow",
     "test_check_candidates",
     "test_check_workflow",
@@ -344,6 +347,20 @@ def _skip_without_nvcc(items) -> None:
     except KbfuseError as exc:
         for item in nvcc_tests:
             item.add_marker(pytest.mark.skip(reason=f"no working nvcc: {exc}"))
+
+
+def _skip_without_slurm(items) -> None:
+    """Tests marked `slurm` skip (and are counted) where no test cluster can start, with the
+    script's reason (what is missing and the apt-get line that installs it)."""
+    slurm_tests = [item for item in items if item.get_closest_marker("slurm")]
+    if not slurm_tests:
+        return
+    import slurmcluster
+
+    reason = slurmcluster.missing()
+    if reason:
+        for item in slurm_tests:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def pytest_runtest_logreport(report):

@@ -24,6 +24,7 @@ first test (`started`): they mostly wait for the plugin's polls.
 Where Slurm, munge or MariaDB is not installed, or not as root, every test here skips with the
 reason (tests/conftest.py); CI installs them (.ci/run).
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 VARIANTS = ("nvrtc-cubin-noftz", "fast-nvrtc-cubin-noftz")
 # The test cluster answers at once: no need for the plugin's first 40 s of waiting.
 FAST_POLLS = ("--slurm-init-seconds-before-status-checks", "1")
-STUDY_LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin", "direction_witness",
-               "cpu"}  # fmt: skip
-SURVEY_LOCAL = {"kernelbench_checkout", "survey_task_list", "survey_pin", "survey_records"}
+STUDY_LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin",
+               "kernelbench_contract", "direction_witness", "cpu"}  # fmt: skip
+SURVEY_LOCAL = {"kernelbench_checkout", "kernelbench_contract", "survey_task_list",
+                "survey_pin", "survey_records"}  # fmt: skip
 SURVEY = {
     "device": "cpu",
     "tasks": [1, 53],

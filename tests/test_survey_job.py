@@ -320,6 +320,72 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
     assert defaults["baselines"]["torchscript"]["built_in"] == "kernelbench-defaults"
 
 
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
+
+
+def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path, monkeypatch):
+    """Its build benchmarks kernels on the GPU: never while another job may be timing. Built in
+    each mode (its choices follow the TF32 switches), after the shared builds, before the
+    mode's timing; its entry takes its configured place and counts like any other."""
+    import torch
+
+    root = surveyed[1]
+    lock, seen = SpyLock(), []
+    real_time, real_build = survey_timing.time_baselines, survey_baselines.build
+
+    def time_baselines(runs, protocol, device, cold_l2, label, log):
+        seen.append(("time", label.split("/")[2], lock.held, list(runs)))
+        return real_time(runs, protocol, device, cold_l2, label, log)
+
+    def build(name, *args):  # an eager forward stands in for max-autotune's compile on the CPU
+        seen.append(("build", name, lock.held, torch.backends.cudnn.allow_tf32))
+        return real_build("eager" if name == AUTOTUNE else name, *args)
+
+    monkeypatch.setattr(survey_timing, "time_baselines", time_baselines)
+    monkeypatch.setattr(survey_baselines, "build", build)
+    order = ["eager", AUTOTUNE, "torchscript"]
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": order}})
+    outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
+    run_survey_task(
+        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
+        lock=lock,
+    )  # fmt: skip
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert seen == [
+        ("build", "eager", "shared", False),
+        ("build", "torchscript", "shared", False),
+        ("build", "torchscript", "shared", True),
+        ("build", AUTOTUNE, "alone", False),
+        ("time", "strict", "alone", order),
+        ("build", AUTOTUNE, "alone", True),
+        ("time", "kernelbench-defaults", "alone", order),
+    ]
+    for path, mode in zip(outs.values(), outs, strict=True):
+        rec = records.read_record(path, "survey_task")
+        assert list(rec["baselines"]) == order
+        entry = rec["baselines"][AUTOTUNE]
+        assert entry["built_in"] == mode and entry["build_s"] > 0
+        assert entry["correctness"]["official_pass"] is True
+        assert len(entry["timing"]["wall"]["samples_ms"]) == ROUNDS
+        assert entry["kernels"] and entry["timeline"] is None  # no device timeline on the CPU
+        assert rec["phases_s"]["alone_builds"] > 0
+
+
+def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch():
+    import torch
+
+    before = torch.backends.cudnn.allow_tf32
+    try:
+        for flag in (False, True):
+            torch.backends.cudnn.allow_tf32 = flag
+            assert survey_baselines.autotune_cache_settings() == {
+                "cache_key_tag": f"kbfuse cudnn_tf32={flag}",
+                "autotune_local_cache": False,
+            }
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
 def test_a_job_needs_a_mode(surveyed, tmp_path):
     _, root = surveyed
     settings = survey_settings({"survey": SETTINGS})

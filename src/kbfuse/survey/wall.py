@@ -9,10 +9,12 @@ Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wal
 - the task's records, `survey/{mode}/tasks/{task}.json`, whose `phases_s` (the job's, the
   same in every mode's record) split that time: `load`, `wait_shared` (for the GPU lock, while
   another job timed), `reference_and_builds` (eager's references, the builds, correctness),
-  `wait_alone` (for the other jobs to leave the GPU), `timing`, `profile`.
+  `wait_alone` (for the other jobs to leave the GPU), `alone_builds` (the builds that
+  benchmark kernels on the GPU, max-autotune's; 0 in records without it), `timing`, `profile`.
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
-Snakemake's preamble); `alone_s` = timing + profile, the part no other job can overlap. With
+Snakemake's preamble); `alone_s` = alone builds + timing + profile, the part no other job can
+overlap. With
 the Snakemake run log (`.snakemake/log/*.snakemake.log`) the report adds the run's wall time
 (its `Elapsed time:` line) and the parallelism it reached (sum of job seconds / wall seconds);
 the sum of `alone_s` against the wall says how close the run came to keeping the GPU busy
@@ -30,7 +32,10 @@ from kbfuse.results.jobtimes import benchmark_seconds, run_wall
 from kbfuse.results.records import parse_json, read_limited
 
 INSIDE_LINE = re.compile(r"^wrote .* in ([0-9.]+) s\s*$", re.M)
-RECORD_PHASES = ("load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile")
+RECORD_PHASES = (
+    "load", "wait_shared", "reference_and_builds", "wait_alone", "alone_builds", "timing",
+    "profile",
+)  # fmt: skip
 PHASES = ("startup_s", *(f"{p}_s" for p in RECORD_PHASES), "alone_s")
 
 
@@ -64,7 +69,8 @@ def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
     row["startup_s"] = job_s - inside if inside is not None else None
     for phase in RECORD_PHASES:
         row[f"{phase}_s"] = float(phases.get(phase, 0.0)) if phases is not None else None
-    row["alone_s"] = row["timing_s"] + row["profile_s"] if phases is not None else None
+    alone = ("alone_builds_s", "timing_s", "profile_s")
+    row["alone_s"] = sum(row[p] for p in alone) if phases is not None else None
     row["notes"] = "; ".join(notes)
     return row
 
@@ -122,7 +128,7 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
     lines += [
         "",
         "| task | job s | start-up s | references and builds s | waited (shared) s "
-        "| waited (alone) s | alone (timing, profile) s | notes |",
+        "| waited (alone) s | alone (autotune builds, timing, profile) s | notes |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(report["jobs"], key=lambda r: -r["job_s"])[:slowest]:

@@ -3,7 +3,8 @@
 Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wall.py):
 
 - Snakemake's `benchmark:` file of every survey job, `benchmarks/survey/{task}.tsv` (column
-  `s`: the job's wall seconds, the script's process included);
+  `s`: the job's wall seconds, the script's process included; another level's under
+  `benchmarks/survey/level<N>/`, its logs and records under `survey/level<N>/`);
 - the job log, `survey/logs/tasks/{task}.log`, whose last line kbfuse.survey.job writes as
   `wrote N records (...) in <seconds> s` (the time inside the job's library call);
 - the task's records, `survey/{mode}/tasks/{task}.json`, whose `phases_s` (the job's, the
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kbfuse.errors import KbfuseError
+from kbfuse.layout import survey_root
 from kbfuse.results.jobtimes import benchmark_seconds, run_wall
 from kbfuse.results.records import parse_json, read_limited
 
@@ -47,9 +49,9 @@ def inside_seconds(log: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
-def record_phases(results: Path, task: str) -> dict | None:
+def record_phases(results: Path, task: str, level: int = 2) -> dict | None:
     """The job's `phases_s` from the first of its records found (every mode's holds the same)."""
-    for record in sorted(results.glob(f"survey/*/tasks/{task}.json")):
+    for record in sorted(results.glob(f"{survey_root(level)}/*/tasks/{task}.json")):
         data = parse_json(read_limited(record), str(record))
         phases = data.get("phases_s") if isinstance(data, dict) else None
         if not isinstance(phases, dict):
@@ -58,10 +60,10 @@ def record_phases(results: Path, task: str) -> dict | None:
     return None
 
 
-def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
+def job_row(results: Path, task: str, tsv: Path, level: int = 2) -> dict[str, Any]:
     job_s = benchmark_seconds(tsv)
-    inside = inside_seconds(results / "survey" / "logs" / "tasks" / f"{task}.log")
-    phases = record_phases(results, task)
+    inside = inside_seconds(results / survey_root(level) / "logs" / "tasks" / f"{task}.log")
+    phases = record_phases(results, task, level)
     notes = [] if phases is not None else ["no record (job failed?)"]
     if inside is None:
         notes.append("no 'wrote ... in N s' line in the log: start-up unknown")
@@ -75,16 +77,18 @@ def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
     return row
 
 
-def survey_wall(results: str | Path, snakemake_log=None) -> dict[str, Any]:
-    """The report: one row per survey job, totals per phase, and the run's wall time.
+def survey_wall(results: str | Path, snakemake_log=None, level: int = 2) -> dict[str, Any]:
+    """The report: one row per survey job of KernelBench level `level`, totals per phase, and
+    the run's wall time.
 
     `snakemake_log`: the run's Snakemake log, or a list of them when the survey ran in several
     pieces (stopped and resumed): the wall time is then their sum."""
     results = Path(results)
-    tsvs = sorted((results / "benchmarks" / "survey").glob("*.tsv"))
+    folder = results / "benchmarks" / survey_root(level)
+    tsvs = sorted(folder.glob("*.tsv"))
     if not tsvs:
-        raise KbfuseError(f"no survey benchmark files under {results}/benchmarks/survey/")
-    jobs = sorted((job_row(results, t.stem, t) for t in tsvs), key=lambda r: r["task"])
+        raise KbfuseError(f"no survey benchmark files under {folder}/")
+    jobs = sorted((job_row(results, t.stem, t, level) for t in tsvs), key=lambda r: r["task"])
     totals = {"job_s": sum(r["job_s"] for r in jobs)}
     for phase in PHASES:
         known = [r[phase] for r in jobs if r[phase] is not None]

@@ -584,9 +584,20 @@ def build_model(spec: TaskSpec, seed: int, device="cuda"):
 _PIN_HEADER = ("kind", "schema_version", "url", "commit", "head", "level")
 
 
-def pin_task(checkout: str | os.PathLike, record: str | os.PathLike, task: int, out) -> dict:
-    """Pin one task of an existing checkout; the record has the pin format with one task."""
+def pin_task(
+    checkout: str | os.PathLike,
+    record: str | os.PathLike,
+    task: int,
+    out,
+    level: int | None = None,
+) -> dict:
+    """Pin one task of an existing checkout; the record has the pin format with one task. The
+    task is of level `level` (the survey's), by default the checkout record's (the study's)."""
     base = read_pin(record)
+    if level is not None:
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise KbfuseError(f"survey.level {level!r} must be a positive integer")
+        base = {**base, "level": level}
     checkout = Path(checkout)
     try:
         head = _GitRunner(None, git_timeout_s())("rev-parse", "HEAD", cwd=checkout)

@@ -144,3 +144,16 @@ def test_record_floor_refuses_another_file_and_says_why_a_forward_has_none(tmp_p
     rec9 = _checkout(tmp_path / "nine", 9)
     found, problem = floor.record_floor(tmp_path / "nine", rec9)
     assert found is None and problem.startswith("no floor: DataDependentOutputException")
+
+
+def test_the_command_prints_one_tasks_floor(tmp_path, capsys):
+    import json
+
+    _checkout(tmp_path, 1)
+    assert floor.main([str(tmp_path), "2", "1", "--gbps", "1000"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    floor_bytes = 2 * 2 * 4 * 6 * 6 * F32 + 4 * F32
+    assert printed["file"] == "1_Conv2D_ReLU_BiasAdd.py" and printed["floor_bytes"] == floor_bytes
+    assert printed["floor_ms"] == pytest.approx(floor_bytes / 1e12 * 1e3)
+    with pytest.raises(SystemExit):
+        floor.main([str(tmp_path), "2", "5"])

@@ -32,6 +32,10 @@ machine some level-3 ops take other ATen routes than on a GPU (an RNN decomposes
 GEMMs and pointwise ops where cuDNN would run one call); the floor then counts the route the
 CPU took. A task whose forward needs data (`.item()`, a data-dependent shape) or a package
 that is not installed has no floor: `problem` says why.
+
+    python -m kbfuse.survey.floor CHECKOUT LEVEL TASK [--gbps 4287.3]
+
+prints one task's floor (and its milliseconds at a copy bandwidth), as the summary computes it.
 """
 
 from __future__ import annotations
@@ -211,3 +215,31 @@ def record_floor(checkout: str | Path, rec: Mapping) -> tuple[dict | None, str |
         cause = exc.__cause__ or exc  # an import's own error, not the message naming its path
         message = str(cause).strip().splitlines()
         return None, f"no floor: {type(cause).__name__}: {message[0][:200] if message else ''}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    from kbfuse.tasks.kernelbench import import_task_file
+
+    parser = argparse.ArgumentParser(description="one KernelBench task's memory floor")
+    parser.add_argument("checkout", type=Path, help="a KernelBench checkout")
+    parser.add_argument("level", type=int)
+    parser.add_argument("task", type=int)
+    parser.add_argument("--semantics", default="kernelbench", choices=["kernelbench", "eval"])
+    parser.add_argument("--gbps", type=float, help="copy bandwidth (GB/s) for floor_ms")
+    args = parser.parse_args(argv)
+    found = sorted((args.checkout / "KernelBench" / f"level{args.level}").glob(f"{args.task}_*.py"))
+    if len(found) != 1:
+        parser.error(f"level {args.level} of {args.checkout} has no single file for {args.task}")
+    module = import_task_file(found[0], args.task, _sha256(found[0]))
+    result = {"file": found[0].name, **task_floor(module, args.semantics).as_dict()}
+    if args.gbps:
+        result["floor_ms"] = result["floor_bytes"] / (args.gbps * 1e9) * 1e3
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -137,6 +137,11 @@ def plot_speedup_vs_outside(main, mode: str, path: str | Path) -> None:
         ax.set_title(f"compiled speedup vs time outside library kernels ({mode})", fontsize=10)
 
 
+def _label(task, name: str, width: int = 44) -> str:
+    """`task name`, the name cut to `width` characters (an ellipsis says where)."""
+    return f"{task} {name if len(name) <= width else name[: width - 1] + '…'}"
+
+
 def _headroom_bars(ax, rows) -> None:
     """One bar per row (largest on top): headroom, q1-q3 whiskers, realistic ceiling at its end."""
     y = list(range(len(rows)))
@@ -146,7 +151,7 @@ def _headroom_bars(ax, rows) -> None:
     hatches = ["" if safe else "//" for safe in rows["rank_safe"].astype(bool)]
     ax.barh(y, value, 0.7, color="tab:blue", hatch=hatches, edgecolor="white", xerr=[low, high],
             error_kw={"elinewidth": 0.8, "capsize": 2})  # fmt: skip
-    ax.set_yticks(y, [f"{r.task} {r.name}"[:48] for r in rows.itertuples()], fontsize=7)
+    ax.set_yticks(y, [_label(r.task, r.name) for r in rows.itertuples()], fontsize=7)
     ax.invert_yaxis()
     for yi, end, ceiling in zip(y, value + high, rows["ceiling_realistic"], strict=True):
         text = f"{float(ceiling):.2f}x" if math.isfinite(float(ceiling)) else ""

@@ -1,18 +1,22 @@
 """The survey's tables: every per-task record of each numerics mode read, rows built, written.
 
-Input: the `survey_task` records (docs/contracts.md, "Survey") of one or both numerics modes,
-and the pinned KernelBench checkout for the anchor timings (`kbfuse.survey.anchor`). Output,
-under one directory, each table as CSV (every digit) and Markdown:
+Input: the `survey_task` records (docs/contracts.md, "Survey") of one or both numerics modes
+of one KernelBench level, the pinned KernelBench checkout for the anchor timings
+(`kbfuse.survey.anchor`) and each task's memory floor (`kbfuse.survey.floor`), and the env
+fingerprint for the copy bandwidth. Output, under one directory, each table as CSV (every
+digit) and Markdown:
 
 - `survey_<mode>`: one row per task, sorted by the time spent outside library kernels in the
   best compiled baseline (largest first): the time of every baseline and whether it passes
   the official check (`<baseline>_official`), the best compiled one (the fastest compiled
-  baseline that passes the official check: a faster one that fails it is no baseline),
-  its library kernel time (`kbfuse.survey.classify`), the time outside it (ms, %, and its
-  q1-q3 spread), the fusion ceiling (best compiled / library time: what a perfect fusion of
-  everything else would give), the main op's FLOP/s achieved by the library kernels against
-  the GPU's peak (`kbfuse.survey.peaks`), `rank_safe` (this row's spread overlaps neither
-  neighbour's), the blind-spot and nondeterminism flags, and KernelBench's anchor timings;
+  baseline that passes the official check: a faster one that fails it is no baseline) and
+  its build seconds, its library kernel time (`kbfuse.survey.classify`), the time outside it
+  (ms, %, and its q1-q3 spread) and its parts, the memory floor, the headroom and the
+  realistic and upper-bound ceilings (`kbfuse.survey.headroom`), the main op's FLOP/s achieved
+  by the library kernels against the GPU's peak (`kbfuse.survey.peaks`), `rank_safe` (this
+  row's spread overlaps neither neighbour's), the blind-spot and nondeterminism flags, and
+  KernelBench's anchor timings;
+- `where_to_fuse_<mode>`: the 15 tasks with most headroom (`kbfuse.survey.headroom`);
 - `failures`: every baseline that could not be built, checked, timed or profiled, and every
   one that fails the official check (stage `official check`: how many trials, the largest
   error, the pinned tolerance);

@@ -155,5 +155,6 @@ def test_the_command_prints_one_tasks_floor(tmp_path, capsys):
     floor_bytes = 2 * 2 * 4 * 6 * 6 * F32 + 4 * F32
     assert printed["file"] == "1_Conv2D_ReLU_BiasAdd.py" and printed["floor_bytes"] == floor_bytes
     assert printed["floor_ms"] == pytest.approx(floor_bytes / 1e12 * 1e3)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="2"):
         floor.main([str(tmp_path), "2", "5"])
+    assert "level 2 of" in capsys.readouterr().err

@@ -135,7 +135,7 @@ def test_the_copy_bandwidth_is_read_from_the_fingerprint(tmp_path):
     bad = read_json(FINGERPRINT)
     bad["copy_bandwidth"]["gbps"] = 0
     write_json(tmp_path / "env.json", bad)
-    with pytest.raises(KbfuseError):
+    with pytest.raises(KbfuseError, match="field copy_bandwidth.gbps is 0"):
         headroom.read_copy_bandwidth(tmp_path / "env.json")
 
 

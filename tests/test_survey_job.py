@@ -371,9 +371,20 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
         assert rec["phases_s"]["alone_builds"] > 0
 
 
-def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch():
+def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch(monkeypatch):
     import torch
+    import torch._inductor.config as inductor_config
+    import torch.compiler.config as compiler_config
 
+    in_force = []
+
+    def make(name, model, inputs, semantics):  # what the compile (at the first call) sees
+        def forward(*values):
+            in_force.append((compiler_config.cache_key_tag, inductor_config.autotune_local_cache))
+
+        return forward
+
+    monkeypatch.setattr(survey_baselines, "make", make)
     before = torch.backends.cudnn.allow_tf32
     try:
         for flag in (False, True):
@@ -382,8 +393,17 @@ def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch():
                 "cache_key_tag": f"kbfuse cudnn_tf32={flag}",
                 "autotune_local_cache": False,
             }
+            survey_baselines.build(AUTOTUNE, None, [], "kernelbench", lambda: None)
+        survey_baselines.build("inductor", None, [], "kernelbench", lambda: None)
     finally:
         torch.backends.cudnn.allow_tf32 = before
+    default = (compiler_config.cache_key_tag, inductor_config.autotune_local_cache)
+    assert in_force == [
+        ("kbfuse cudnn_tf32=False", False),
+        ("kbfuse cudnn_tf32=True", False),
+        default,  # the default Inductor keeps the shared settings
+    ]
+    assert default != in_force[0]
 
 
 def test_a_job_needs_a_mode(surveyed, tmp_path):

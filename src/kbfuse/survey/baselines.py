@@ -103,15 +103,16 @@ def autotune_cache_settings() -> dict:
 
 @contextlib.contextmanager
 def _build_settings(name: str):
-    import torch
-
     if name not in AUTOTUNED:
         yield
         return
+    import torch._inductor.config as inductor_config
+    import torch.compiler.config as compiler_config
+
     settings = autotune_cache_settings()
     with (
-        torch.compiler.config.patch(cache_key_tag=settings["cache_key_tag"]),
-        torch._inductor.config.patch(autotune_local_cache=settings["autotune_local_cache"]),
+        compiler_config.patch(cache_key_tag=settings["cache_key_tag"]),
+        inductor_config.patch(autotune_local_cache=settings["autotune_local_cache"]),
     ):
         yield
 

@@ -30,12 +30,13 @@ def test_it_is_a_baseline_built_by_inductor_in_its_mode(monkeypatch):
         return model
 
     monkeypatch.setattr(torch, "compile", compile_spy)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
-    program = baselines.build(AUTOTUNE, torch.nn.Linear(4, 4), torch.zeros(2, 4))
-    assert compiled == [(False, "max-autotune-no-cudagraphs")]
-    assert program.__name__ == AUTOTUNE
-    # two Inductor modes over the correctness stage's models: more compiles than Dynamo's 8
-    assert torch._dynamo.config.recompile_limit == baselines.RECOMPILE_LIMIT
+    # (the config's own patch: monkeypatch would delete the option when it undoes the change)
+    with torch._dynamo.config.patch(recompile_limit=8):
+        program = baselines.build(AUTOTUNE, torch.nn.Linear(4, 4), torch.zeros(2, 4))
+        assert compiled == [(False, "max-autotune-no-cudagraphs")]
+        assert program.__name__ == AUTOTUNE
+        # two Inductor modes over the correctness stage's models: more compiles than Dynamo's 8
+        assert torch._dynamo.config.recompile_limit == baselines.RECOMPILE_LIMIT
     baselines.build("inductor", torch.nn.Linear(4, 4), torch.zeros(2, 4))
     assert compiled[-1] == (False, None)
     assert AUTOTUNE in baselines.IMPLEMENTATIONS and baselines.AUTOTUNED == (AUTOTUNE,)

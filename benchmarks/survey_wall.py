@@ -1,10 +1,11 @@
 """Where a finished survey's wall time went: start-up, compiles and timing, per job and in all.
 
-Reads the survey jobs' Snakemake benchmark files (results/benchmarks/survey/{mode}/{task}.tsv),
-their logs and records (kbfuse.survey.wall says how each phase is measured), and optionally
-the Snakemake run log for the run's wall time. No GPU needed: it only reads files.
+Reads the survey jobs' Snakemake benchmark files (results/benchmarks/survey/{task}.tsv; for
+another level survey/level<N>/{task}.tsv), their logs and records (kbfuse.survey.wall says how
+each phase is measured), and optionally the Snakemake run log for the run's wall time. No GPU
+needed: it only reads files.
 
-    python benchmarks/survey_wall.py [--results results] [--snakemake-log PATH]
+    python benchmarks/survey_wall.py [--results results] [--level 2] [--snakemake-log PATH]
         [--snakemake-log PATH ...] [--json PATH] [--markdown PATH]
 """
 
@@ -26,11 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="the run's .snakemake/log/*.snakemake.log; again for each piece of a resumed run",
     )
+    parser.add_argument("--level", type=int, default=2, help="KernelBench level (%(default)s)")
     parser.add_argument("--json", help="also write the report as JSON here")
     parser.add_argument("--markdown", help="also write the tables as Markdown here")
     args = parser.parse_args(argv)
     try:
-        report = survey_wall(args.results, args.snakemake_log)
+        report = survey_wall(args.results, args.snakemake_log, args.level)
     except (KbfuseError, OSError) as exc:
         print(f"survey_wall: {exc}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ numbers and kinds: a convolution (1), a normalisation (23: conv + GroupNorm + me
 in training mode (66: nondeterministic under KernelBench's semantics), one that
 torch.jit.trace cannot trace (7: `get_inputs` hands `forward` a Python int) and one whose
 forward reads a value back to the host (9: `.item()`, which no CUDA graph can capture).
+Levels 1 and 3 hold a few tasks too (`LEVEL_TASK_FILES`), for surveys of another level.
 Shapes are tiny, so a whole survey job runs in CPU seconds.
 """
 
@@ -161,6 +162,91 @@ def get_init_inputs():
 }
 
 
+# Other levels, for `survey.level`: a level-1 single op with no library call and a GEMM, and a
+# level-3 model of several layers (tiny shapes, the real tasks' numbers and names).
+LEVEL_TASK_FILES = {
+    1: {
+        1: (
+            "1_Square_matrix_multiplication_.py",
+            """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+N = 8
+
+def get_inputs():
+    return [torch.rand(N, N), torch.rand(N, N)]
+
+def get_init_inputs():
+    return []
+""",
+        ),
+        19: (
+            "19_ReLU.py",
+            """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+batch_size = 4
+dim = 16
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+""",
+        ),
+    },
+    3: {
+        1: (
+            "1_MLP.py",
+            """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, input_size, layer_sizes, output_size):
+        super(Model, self).__init__()
+        layers = []
+        current_input_size = input_size
+        for layer_size in layer_sizes:
+            layers.append(nn.Linear(current_input_size, layer_size))
+            layers.append(nn.ReLU())
+            current_input_size = layer_size
+        layers.append(nn.Linear(current_input_size, output_size))
+        self.network = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.network(x)
+
+batch_size = 4
+input_size = 8
+layer_sizes = [16, 16]
+output_size = 4
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+def get_init_inputs():
+    return [input_size, layer_sizes, output_size]
+""",
+        ),
+    },
+}
+
+
 def survey_relpath(task: int) -> str:
     name = (SURVEY_TASK_FILES.get(task) or TASK_FILES[task])[0]
     return f"{LEVEL_DIR}/{name}"
@@ -174,4 +260,7 @@ def make_survey_repo(root: Path) -> tuple[str, str]:
     files: dict[str, str | None] = {"README.md": README, **evaluator_files()}
     for name, text in {**TASK_FILES, **SURVEY_TASK_FILES}.values():
         files[f"{LEVEL_DIR}/{name}"] = text
-    return str(root), commit_files(root, files, "Add level-2 tasks for the survey")
+    for level, tasks in LEVEL_TASK_FILES.items():
+        for name, text in tasks.values():
+            files[f"KernelBench/level{level}/{name}"] = text
+    return str(root), commit_files(root, files, "Add tasks of levels 1-3 for the survey")

@@ -49,6 +49,17 @@ def kernel(name: str, us: float, calls: int = 1) -> dict:
 TRIAL_SEEDS = [1, 2, 3, 4, 5]
 
 
+def timeline(idle_us: float, busy_us: float = 100.0) -> dict:
+    """A baseline's `timeline` (kbfuse.survey.profile.forward_gaps) with this idle time."""
+    return {
+        "forwards": 3,
+        "span_us": busy_us + idle_us,
+        "busy_us": busy_us,
+        "idle_us": idle_us,
+        "unassigned": 0,
+    }
+
+
 def ok(
     ms: float,
     kernels: list | None,
@@ -56,7 +67,10 @@ def ok(
     cold: float | None = None,
     spread=0.01,
     official: bool = True,
+    idle_us: float | None = 10.0,
 ):
+    """A baseline that built, passed (or not: `official`), was timed and profiled; `idle_us`
+    None leaves out its timeline, as records made before the timeline existed do."""
     timing = {
         "events": stats(ms * 1.05, spread),
         "graph": stats(ms, spread) if graph else None,
@@ -84,6 +98,7 @@ def ok(
         },
         "timing": timing,
         "kernels": kernels,
+        **({"timeline": timeline(idle_us)} if idle_us is not None and kernels else {}),
     }
 
 

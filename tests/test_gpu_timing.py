@@ -253,6 +253,37 @@ def test_a_failing_baseline_is_not_timed(study, tmp_path):
         assert result["ratios"][key]["good"]["vs_best_compiled"]["baseline"] == "inductor"
 
 
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
+
+
+def test_max_autotune_is_checked_gated_timed_and_its_build_recorded(study, tmp_path):
+    """Checked like the other compiled baselines (one seed's cases, the tail, graph replay),
+    timed when it passed, its build seconds recorded, the tail question answered against the
+    fastest compiled baseline that passed."""
+    record = tmp_path / "baselines.json"
+    request = dict(seeds=[0], distributions=["uniform"], tolerance=TOLERANCE,
+                   input_seed=PROTOCOL["input_seed"])  # fmt: skip
+    checked = run_baselines(TASK, study["checkout"], study["pin"], request, record,
+                            implementations=["inductor", AUTOTUNE])  # fmt: skip
+    assert list(checked["implementations"]) == ["inductor", AUTOTUNE]
+    assert checked["implementations"][AUTOTUNE]["passed"] is True
+    names = ["eager", "inductor", AUTOTUNE]
+    result = run_timing(
+        TimedTask(TASK, {"good": study["variants"]["good"]}, {"good": study["correctness"]["good"]},
+                  record, study["checkout"], study["pin"], names),
+        protocol=PROTOCOL,
+        out=tmp_path / "timing.json",
+    )  # fmt: skip
+    assert result["timed"] == [*names, "good"]
+    for scope in ("full", "tail"):
+        assert set(result["build_s"][scope]) == set(names)
+        assert all(seconds > 0 for seconds in result["build_s"][scope].values())
+    for key in MEASUREMENT_KEYS:
+        best = result["ratios"][key]["good"]["vs_best_compiled"]["baseline"]
+        medians = {n: result["measurements"][key][n]["median_ms"] for n in names[1:]}
+        assert best == min(medians, key=medians.get)
+
+
 def test_run_controls_writes_the_documented_keys(study):
     out = study["root"] / "controls" / f"{TASK}.json"
     result = run_controls(

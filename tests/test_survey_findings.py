@@ -61,6 +61,55 @@ def test_readme_quotes_those_figures(printed):
     assert "a median 6.2 % of its time outside library kernels in strict FP32 and 19.5 %" in short
 
 
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_readme_leads_the_survey_section_with_where_to_fuse(printed):
+    """README's survey section opens with "Where to fuse" and quotes every line the tool
+    prints there for the committed reference (a summary made before the where-to-fuse table
+    says so, and README says what the tool says)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## The survey: every level-2 task")[1].split("\n## ")[0]
+    assert section.split("### ")[1].startswith("Where to fuse\n")
+    where = section.split("### Where to fuse")[1].split("### ")[0]
+    lines = printed.split("## Where to fuse\n")[1].split("\n## ")[0].splitlines()
+    assert len(lines) >= 2
+    for line in lines:
+        assert _flat(line) in _flat(where), line
+
+
+def test_where_to_fuse_figures_of_a_summary_that_has_the_table(tmp_path):
+    import pandas as pd
+
+    from kbfuse.survey import headroom
+
+    def row(task, value, spread):
+        return {"task": task, "file": f"{task}_Conv2d_Tail.py", "headroom_ms": value,
+                "headroom_q1_ms": value - spread, "headroom_q3_ms": value + spread,
+                "ceiling_realistic": 1.5, "ceiling_upper_bound": 2.0}  # fmt: skip
+
+    rows = [row(1, 3.0, 0.1), row(2, 2.0, 0.1), row(3, 0.5, 0.2), row(4, 0.4, 0.2)]
+    pd.DataFrame(headroom.where_rows(rows)).to_csv(tmp_path / "where_to_fuse_strict.csv")
+    tool = _tool("survey_findings")
+    lines = tool.where_to_fuse(tmp_path)
+    assert lines[0] == (
+        "strict FP32, the most headroom: 1 Conv2d_Tail 3.00 ms (2.90-3.10; realistic ceiling "
+        "1.50x, upper bound 2.00x), 2 Conv2d_Tail 2.00 ms (1.90-2.10; realistic ceiling 1.50x, "
+        "upper bound 2.00x), 3 Conv2d_Tail 0.50 ms (0.30-0.70, not rank-safe; realistic ceiling "
+        "1.50x, upper bound 2.00x), 4 Conv2d_Tail 0.40 ms (0.20-0.60, not rank-safe; realistic "
+        "ceiling 1.50x, upper bound 2.00x)"
+    )
+    assert lines[1] == (
+        "strict FP32: the ranking is rank-safe down to rank 2; 2 of its 4 tasks have over 1 ms"
+    )
+    assert lines[2].startswith("KernelBench's defaults (TF32 on): no where_to_fuse_kernelbench")
+    empty = pd.DataFrame(columns=headroom.WHERE_COLUMNS)
+    assert tool.where_to_fuse_figures(empty, "strict FP32") == [
+        "strict FP32: no task has a headroom (no floor or no copy bandwidth: see notes)"
+    ]
+
+
 def test_a_missing_table_is_named(tmp_path, capsys):
     assert _tool("survey_findings").main([str(tmp_path)]) == 1
     assert f"{tmp_path}/survey_strict.csv is missing" in capsys.readouterr().err

@@ -114,6 +114,44 @@ def test_every_baseline_has_three_timings_kernels_and_ratios(surveyed):
     assert any("triton" in n for n in names), names
 
 
+def test_every_profiled_baseline_has_a_timeline_of_its_forward(surveyed):
+    for (task, mode), rec in surveyed.items():
+        for name, entry in rec["baselines"].items():
+            line = entry["timeline"]
+            assert line["forwards"] == 3, (task, mode, name)
+            assert 0 < line["busy_us"] <= line["span_us"] + 1e-6
+            assert line["idle_us"] == pytest.approx(line["span_us"] - line["busy_us"], abs=1e-6)
+            # the busy time is at most the kernels' summed time (overlaps count once)
+            summed = sum(k["device_us"] for k in entry["kernels"])
+            assert line["busy_us"] <= summed + 1e-3, (task, mode, name)
+
+
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
+
+
+def test_max_autotune_is_built_alone_in_each_mode_and_checked_like_any_baseline(tmp_path):
+    url, commit = make_survey_repo(tmp_path / "kb")
+    checkout, record = tmp_path / "checkout", tmp_path / "checkout.json"
+    pin_kernelbench(url, commit, 2, [53], checkout, record)
+    write_contract(checkout, record, tmp_path / "contract.json")
+    pin_task(checkout, record, 53, tmp_path / "pin.json")
+    settings = survey_settings(
+        {"survey": {**SETTINGS, "baselines": ["eager", "inductor", AUTOTUNE]}}
+    )
+    paths = {m: tmp_path / f"{m}.json" for m in ("strict", "kernelbench-defaults")}
+    run_survey_task(
+        checkout, tmp_path / "pin.json", settings, tmp_path / "contract.json", paths, print
+    )
+    for mode, path in paths.items():
+        rec = records.read_record(path, "survey_task")
+        entry = rec["baselines"][AUTOTUNE]
+        assert entry["status"] == "ok", entry["failure"]
+        assert entry["built_in"] == mode and entry["build_s"] > 0
+        assert entry["correctness"]["official_pass"] is True
+        assert entry["timing"]["graph"]["median_ms"] > 0 and entry["kernels"]
+        assert rec["phases_s"]["alone_builds"] > 0
+
+
 def test_a_forward_that_reads_back_keeps_events_and_says_why_graph_is_missing(surveyed):
     rec = surveyed[(9, "strict")]
     eager = rec["baselines"]["eager"]

@@ -103,7 +103,7 @@ def test_untraceable_task_records_torchscript_build_failure_and_goes_on(surveyed
     assert ts["failure"]["stage"] == "build" and ts["failure"]["error"] == "RuntimeError"
     assert "cannot be traced" in ts["failure"]["message"]
     assert ts["timing"] is None and ts["correctness"] is None and ts["kernels"] is None
-    assert rec["baselines"]["inductor"]["status"] == "ok"
+    assert rec["baselines"]["inductor"]["status"] == "ok", rec["baselines"]["inductor"]["failure"]
     assert set(rec["ratios"]) == {"inductor"}
 
 
@@ -318,6 +318,92 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
     assert defaults["baselines"]["eager"]["built_in"] == "strict"
     assert strict["baselines"]["torchscript"]["built_in"] == "strict"
     assert defaults["baselines"]["torchscript"]["built_in"] == "kernelbench-defaults"
+
+
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
+
+
+def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path, monkeypatch):
+    """Its build benchmarks kernels on the GPU: never while another job may be timing. Built in
+    each mode (its choices follow the TF32 switches), after the shared builds, before the
+    mode's timing; its entry takes its configured place and counts like any other."""
+    import torch
+
+    root = surveyed[1]
+    lock, seen = SpyLock(), []
+    real_time, real_build = survey_timing.time_baselines, survey_baselines.build
+
+    def time_baselines(runs, protocol, device, cold_l2, label, log):
+        seen.append(("time", label.split("/")[2], lock.held, list(runs)))
+        return real_time(runs, protocol, device, cold_l2, label, log)
+
+    def build(name, *args):  # an eager forward stands in for max-autotune's compile on the CPU
+        seen.append(("build", name, lock.held, torch.backends.cudnn.allow_tf32))
+        return real_build("eager" if name == AUTOTUNE else name, *args)
+
+    monkeypatch.setattr(survey_timing, "time_baselines", time_baselines)
+    monkeypatch.setattr(survey_baselines, "build", build)
+    order = ["eager", AUTOTUNE, "torchscript"]
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": order}})
+    outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
+    run_survey_task(
+        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
+        lock=lock,
+    )  # fmt: skip
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert seen == [
+        ("build", "eager", "shared", False),
+        ("build", "torchscript", "shared", False),
+        ("build", "torchscript", "shared", True),
+        ("build", AUTOTUNE, "alone", False),
+        ("time", "strict", "alone", order),
+        ("build", AUTOTUNE, "alone", True),
+        ("time", "kernelbench-defaults", "alone", order),
+    ]
+    for path, mode in zip(outs.values(), outs, strict=True):
+        rec = records.read_record(path, "survey_task")
+        assert list(rec["baselines"]) == order
+        entry = rec["baselines"][AUTOTUNE]
+        assert entry["built_in"] == mode and entry["build_s"] > 0
+        assert entry["correctness"]["official_pass"] is True
+        assert len(entry["timing"]["wall"]["samples_ms"]) == ROUNDS
+        assert entry["kernels"] and entry["timeline"] is None  # no device timeline on the CPU
+        assert rec["phases_s"]["alone_builds"] > 0
+
+
+def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch(monkeypatch):
+    import torch
+    import torch._inductor.config as inductor_config
+    import torch.compiler.config as compiler_config
+
+    in_force = []
+
+    def make(name, model, inputs, semantics):  # what the compile (at the first call) sees
+        def forward(*values):
+            in_force.append((compiler_config.cache_key_tag, inductor_config.autotune_local_cache))
+
+        return forward
+
+    monkeypatch.setattr(survey_baselines, "make", make)
+    before = torch.backends.cudnn.allow_tf32
+    try:
+        for flag in (False, True):
+            torch.backends.cudnn.allow_tf32 = flag
+            assert survey_baselines.autotune_cache_settings() == {
+                "cache_key_tag": f"kbfuse cudnn_tf32={flag}",
+                "autotune_local_cache": False,
+            }
+            survey_baselines.build(AUTOTUNE, None, [], "kernelbench", lambda: None)
+        survey_baselines.build("inductor", None, [], "kernelbench", lambda: None)
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    default = (compiler_config.cache_key_tag, inductor_config.autotune_local_cache)
+    assert in_force == [
+        ("kbfuse cudnn_tf32=False", False),
+        ("kbfuse cudnn_tf32=True", False),
+        default,  # the default Inductor keeps the shared settings
+    ]
+    assert default != in_force[0]
 
 
 def test_a_job_needs_a_mode(surveyed, tmp_path):

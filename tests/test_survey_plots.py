@@ -22,7 +22,11 @@ def is_png(path) -> bool:
 def test_both_figures_of_a_mode_are_written(tmp_path):
     main, cats = tables([record(), record(task=66, blind_spot=True)])
     written = plots.write_plots(main, cats, "strict", tmp_path)
-    assert [p.name for p in written] == ["time_split_strict.png", "speedup_vs_outside_strict.png"]
+    assert [p.name for p in written] == [
+        "where_to_fuse_strict.png",
+        "time_split_strict.png",
+        "speedup_vs_outside_strict.png",
+    ]
     assert all(is_png(p) for p in written)
 
 

@@ -49,14 +49,20 @@ def test_main_row_of_a_gemm_task():
     assert row["outside_ms"] == pytest.approx(0.05)
     assert (row["outside_q1_ms"], row["outside_q3_ms"]) == pytest.approx((0.04, 0.06))
     assert row["outside_pct"] == pytest.approx(20.0)
-    assert row["fusion_ceiling"] == pytest.approx(1.25)
+    assert row["ceiling_upper_bound"] == pytest.approx(1.25)
+    # the outside time's parts, from Inductor's profile: its Triton kernel and the idle time
+    assert row["generated_ms"] == pytest.approx(0.03) and row["idle_ms"] == pytest.approx(0.01)
+    assert (row["pointwise_ms"], row["reduction_ms"], row["copy_other_ms"]) == (0.0, 0.0, 0.0)
+    assert row["best_build_s"] == 0.5
     flops = 2 * 128 * 4096 * 4096
     assert (row["main_op"], row["main_op_flops"]) == ("aten.addmm", flops)
     assert row["library_tflops"] == pytest.approx(flops / 0.2e-3 / 1e12)
     assert (row["peak_kind"], row["peak_tflops"]) == ("fp32", 67.0)
     assert row["pct_of_peak"] == pytest.approx(100 * flops / 0.2e-3 / 1e12 / 67.0)
     assert row["rank_safe"] is True  # alone
-    assert (row["blind_spot"], row["nondeterministic"], row["notes"]) == (False, False, "")
+    assert (row["blind_spot"], row["nondeterministic"]) == (False, False)
+    assert row["floor_ms"] is None and row["headroom_ms"] is None  # no checkout: no floor
+    assert row["notes"] == "no floor: no pinned checkout"
 
 
 def test_rows_sorted_by_outside_time_and_rank_safe_from_overlapping_spreads():
@@ -74,7 +80,7 @@ def test_events_used_for_every_baseline_when_one_has_no_graph():
     row = s.main_rows([rec], anchor=None)[0]
     assert row["method"] == "events"
     assert row["eager_ms"] == pytest.approx(0.30 * 1.05)
-    assert row["notes"] == "no CUDA graph: torchscript"
+    assert row["notes"] == "no CUDA graph: torchscript; no floor: no pinned checkout"
 
 
 def test_failed_baseline_missing_profile_and_unknown_device_are_said():
@@ -85,8 +91,10 @@ def test_failed_baseline_missing_profile_and_unknown_device_are_said():
     assert row["library_ms"] is None and row["outside_ms"] is None and row["rank_safe"] is None
     assert row["peak_tflops"] is None
     assert row["notes"] == (
-        "no kernel profile of inductor; failed: torchscript; no peak for device 'Mystery GPU'"
+        "no kernel profile of inductor; failed: torchscript; no floor: no pinned checkout; "
+        "no peak for device 'Mystery GPU'"
     )
+    assert row["generated_ms"] is None and row["idle_ms"] is None
 
 
 def test_tf32_peak_follows_the_records_flags():
@@ -233,6 +241,7 @@ def test_every_output_has_a_caption_in_the_report_folder():
     captions = {s.caption_name(name) for name in outputs}
     assert captions == {
         "survey_main.rst",
+        "survey_where_to_fuse.rst",
         "survey_failures.rst",
         "survey_unclassified.rst",
         "survey_categories.rst",
@@ -268,7 +277,7 @@ def test_a_baseline_that_fails_the_official_check_is_never_best_compiled():
     assert row["inductor_ms"] == 0.25  # still timed and shown
     assert (row["torchscript_official"], row["inductor_official"]) == (True, False)
     assert "eager_official" not in row
-    assert row["notes"] == "fails the official check: inductor"
+    assert row["notes"] == "fails the official check: inductor; no floor: no pinned checkout"
     categories = s.category_rows({"strict": [rec]})
     assert [c["baseline"] for c in categories] == ["eager", "torchscript"]
 

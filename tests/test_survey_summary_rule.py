@@ -21,6 +21,7 @@ from kbfuse.survey.summary import summary_outputs
 pytestmark = pytest.mark.slow
 MODES = ["strict", "kernelbench-defaults"]
 STUB = f"""
+from kbfuse import layout
 from kbfuse.workflow.deps import module_files
 
 MODES = {MODES!r}
@@ -31,6 +32,10 @@ SURVEY_CHECKOUT = "checkout"
 
 def survey_record_files(wildcards):
     return expand("results/survey/{{m}}/tasks/{{t}}.json", m=SURVEY["numerics"], t=[1, 53])
+
+
+def survey_path(name, **wildcards):
+    return layout.survey_file(name, 2, **wildcards)
 
 
 include: "workflow/rules/survey_summary.smk"

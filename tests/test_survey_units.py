@@ -253,4 +253,6 @@ def test_a_trace_records_the_cudnn_tf32_switch_in_force_when_traced():
             assert _allow_tf32_constant(traced) is flag
     finally:
         torch.backends.cudnn.allow_tf32 = before
-    assert baselines.MODE_BOUND == ("torchscript",)
+    # traces, and max-autotune (whose choices and convolution templates follow the switch)
+    assert baselines.MODE_BOUND == ("torchscript", "inductor-max-autotune-no-cudagraphs")
+    assert baselines.AUTOTUNED == ("inductor-max-autotune-no-cudagraphs",)

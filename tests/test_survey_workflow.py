@@ -176,6 +176,31 @@ def test_tasks_all_lists_every_level_2_task_at_the_pin(settled):
     assert sorted(map(int, listed)) == [1, 7, 9, 23, 53, 66, 81, 95]
 
 
+def test_another_level_is_surveyed_beside_level_2(settled):
+    """survey.level: 3 runs level 3's tasks into survey/level3/ (records, summary, task list,
+    pins, logs, benchmarks), reusing the checkout, leaving level 2's files as they are."""
+    workdir, overlay, repo = settled
+    before = read_json(workdir / "results/survey/strict/tasks/1.json")
+    three = _overlay(workdir, *repo, name="level3.yaml", level=3, tasks="all")
+    proc = snakemake(workdir, "--cores", "2", "survey", "--configfile", str(three))
+    jobs = jobs_of(proc.stdout + proc.stderr)
+    assert ("kernelbench_checkout", "") not in jobs and ("survey_task", "survey_task=1") in jobs
+    level3 = workdir / "results/survey/level3"
+    rec = records.read_record(level3 / "strict/tasks/1.json", "survey_task")
+    assert (rec["level"], rec["file"]) == (3, "1_MLP.py")
+    assert read_json(level3 / "task_list.json") == {
+        "commit": repo[1],
+        "level": 3,
+        "tasks": {"1": "1_MLP.py"},
+    }
+    assert (level3 / "pins/1.json").is_file() and (level3 / "logs/tasks/1.log").is_file()
+    assert (workdir / "results/benchmarks/survey/level3/1.tsv").is_file()
+    main = (level3 / "summary/survey_strict.csv").read_text()
+    assert "1_MLP.py" in main and (level3 / "summary/where_to_fuse_strict.png").is_file()
+    assert read_json(workdir / "results/survey/strict/tasks/1.json") == before
+    assert run(workdir, overlay, dry=True) == set()  # level 2 still has nothing to do
+
+
 def _job_blocks(stdout: str, rule: str) -> list[str]:
     """The resources line of each job of `rule` in a dry-run's output."""
     found, current = [], None
@@ -222,9 +247,12 @@ def test_survey_jobs_share_the_gpu_up_to_the_profiles_cap(settled):
         ({"baselines": ["inductor"]}, "config key survey.baselines: ['inductor'] is invalid"),
         ({"semantics": "train"}, "config key survey.semantics: 'train' is invalid"),
         ({"rounds": 0}, "config key survey.rounds: 0 is invalid: 0 is less than the minimum"),
-        ({"speed": 1}, "config key survey.speed: unknown key (known here: tasks, semantics"),
-        # the checkout is there: unknown numbers are refused before any job
+        ({"speed": 1}, "config key survey.speed: unknown key (known here: level, tasks, "),
+        ({"level": 0}, "config key survey.level: 0 is invalid: 0 is less than the minimum"),
+        # the checkout is there: unknown numbers, a level it lacks are refused before any job
         ({"tasks": [1, 500]}, "config key survey.tasks: [500] have no task file at the pin"),
+        ({"level": 4}, "config key survey.level: 4: checkout "),
+        ({"level": 3, "tasks": [2]}, "config key survey.tasks: [2] have no task file at the pin"),
     ],
 )
 def test_bad_survey_configs_stop_before_any_job(settled, survey, message):

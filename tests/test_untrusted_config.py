@@ -98,6 +98,12 @@ OVERRIDES = [
     ),
     ("nvrtc_versions", "nvrtc_versions=['12.9', '13']", ("nvrtc_versions",), ["12.9", "13"]),
     ("baselines", "baselines=[eager]", ("baselines",), ["eager"]),
+    (
+        "baselines",
+        "baselines=[eager, inductor, inductor-max-autotune-no-cudagraphs]",
+        ("baselines",),
+        ["eager", "inductor", "inductor-max-autotune-no-cudagraphs"],
+    ),
     ("timing.warmup", "timing={warmup: 2}", ("timing", "warmup"), 2),
     ("timing.rounds", "timing={rounds: 3}", ("timing", "rounds"), 3),
     (
@@ -154,6 +160,7 @@ OVERRIDES = [
     ),
     ("check.baselines", "check={baselines: [eager]}", ("check", "baselines"), ["eager"]),
     ("check.timing", "check={timing: {rounds: 4}}", ("check", "timing", "rounds"), 4),
+    ("survey.level", "survey={level: 3}", ("survey", "level"), 3),
     ("survey.tasks", "survey={tasks: [1, 53, 81]}", ("survey", "tasks"), [1, 53, 81]),
     ("survey.semantics", "survey={semantics: eval}", ("survey", "semantics"), "eval"),
     ("survey.numerics", "survey={numerics: [strict]}", ("survey", "numerics"), ["strict"]),

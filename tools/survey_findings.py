@@ -1,11 +1,13 @@
-"""The figures README's "What the H200 reference survey found" quotes, from a survey's tables.
+"""The figures README's survey section quotes ("Where to fuse", "What the H200 reference survey
+found"), from a survey's tables.
 
     python tools/survey_findings.py results/reference/h200/survey/survey/summary
 
-Reads survey_{strict,kernelbench-defaults}.csv, tf32.csv and failures.csv (written by
-`snakemake survey`) and prints each figure with what it is, so every number in that README
-section (and the strict-mode figures of docs/survey.md, "KernelBench's anchor") can be
-regenerated from the committed reference.
+Reads where_to_fuse_<mode>.csv, survey_{strict,kernelbench-defaults}.csv, tf32.csv and
+failures.csv (written by `snakemake survey`) and prints each figure with what it is, so every
+number in that README section (and the strict-mode figures of docs/survey.md, "KernelBench's
+anchor") can be regenerated from the committed reference. A summary made before the
+where-to-fuse table existed says so in that section instead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,50 @@ def _name(row) -> str:
     return row.file.removesuffix(".py").split("_", 1)[1]
 
 
+WHERE_SHOWN = 5
+
+
+def where_to_fuse_figures(where: pd.DataFrame, title: str, top: int = WHERE_SHOWN) -> list[str]:
+    """One mode's where-to-fuse table in two lines: its first `top` ranks, then how far down
+    the ranking is rank-safe and how many tasks have a headroom over 1 ms."""
+    if where.empty:
+        return [f"{title}: no task has a headroom (no floor or no copy bandwidth: see notes)"]
+    ranks = ", ".join(
+        f"{r.task} {r.name} {r.headroom_ms:.2f} ms ({r.headroom_q1_ms:.2f}-{r.headroom_q3_ms:.2f}"
+        f"{'' if r.rank_safe else ', not rank-safe'}; realistic ceiling "
+        f"{r.ceiling_realistic:.2f}x, upper bound {r.ceiling_upper_bound:.2f}x)"
+        for r in where.head(top).itertuples()
+    )
+    unsafe = where.loc[~where["rank_safe"].astype(bool), "rank"]
+    safe_to = int(unsafe.min()) - 1 if len(unsafe) else int(where["rank"].max())
+    return [
+        f"{title}, the most headroom: {ranks}",
+        f"{title}: the ranking is rank-safe down to rank {safe_to}; "
+        f"{int((where['headroom_ms'] > 1.0).sum())} of its {len(where)} tasks have over 1 ms",
+    ]
+
+
+def where_to_fuse(summary: Path) -> list[str]:
+    """The "Where to fuse" lines of every mode, or what the summary lacks."""
+    lines = []
+    for mode, title in MODES.items():
+        path = summary / f"where_to_fuse_{mode}.csv"
+        if path.is_file():
+            lines += where_to_fuse_figures(pd.read_csv(path), title)
+        else:
+            lines.append(
+                f"{title}: no where_to_fuse_{mode}.csv in this summary (made before the "
+                "headroom columns): rebuild it with `snakemake survey_summary`"
+            )
+    return lines
+
+
+def _ceiling(row) -> float:
+    """The upper-bound ceiling (`fusion_ceiling` in summaries made before it was renamed)."""
+    value = getattr(row, "ceiling_upper_bound", None)
+    return row.fusion_ceiling if value is None else value
+
+
 def mode_figures(table: pd.DataFrame, top: int) -> list[str]:
     timed = table.dropna(subset=["outside_pct"])
     best = timed["best_compiled"].value_counts().to_dict()
@@ -36,7 +82,7 @@ def mode_figures(table: pd.DataFrame, top: int) -> list[str]:
         "most time outside: "
         + ", ".join(
             f"{r.task} ({_name(r)}, {r.outside_ms:.1f} ms, {r.outside_pct:.0f} %, "
-            f"ceiling {r.fusion_ceiling:.1f}x)"
+            f"ceiling {_ceiling(r):.1f}x)"
             for r in ranked.itertuples()
         ),
         f"KernelBench's H100 anchor agrees on {int((~disagree).sum())} of {len(anchored)} tasks"
@@ -122,11 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("summary", type=Path, help="a survey's summary folder")
     parser.add_argument("--top", type=int, default=7, help="tasks listed by time outside")
     args = parser.parse_args(argv)
-    for mode, title in MODES.items():
+    for mode in MODES:
         path = args.summary / f"survey_{mode}.csv"
         if not path.is_file():
             print(f"survey_findings: {path} is missing", file=sys.stderr)
             return 1
+    print("## Where to fuse")
+    print("\n".join(f"- {line}" for line in where_to_fuse(args.summary)))
+    for mode, title in MODES.items():
+        path = args.summary / f"survey_{mode}.csv"
         print(f"## {title}")
         print("\n".join(f"- {line}" for line in mode_figures(pd.read_csv(path), args.top)))
     print("## TF32")

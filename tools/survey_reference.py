@@ -4,7 +4,8 @@
 
 Copies, keeping their paths under `results/`: every survey record and summary file
 (`kbfuse.results.manifest.survey_files`), the task list and per-task pins, the survey jobs'
-Snakemake benchmark files, the environment fingerprint and the KernelBench checkout record
+Snakemake benchmark files (of level 2 under `survey/`, of every other level surveyed there
+under `survey/level<N>/`), the environment fingerprint and the KernelBench checkout record
 (the survey's pin of the commit). The job logs stay out: their warnings quote the run
 machine's paths. Then writes `manifest.json` over the copies (the manifest quotes the
 checkout record as its pin), with the study config that was in force (`--config`, the
@@ -31,7 +32,11 @@ from kbfuse.results.manifest import (  # noqa: E402
 from kbfuse.workflow.config import load_config  # noqa: E402
 
 FINGERPRINT_TARGET = "results/env/fingerprint.json"
-EXTRA_GLOBS = ("survey/task_list.json", "survey/pins/*.json", "benchmarks/survey/*.tsv")
+EXTRA_GLOBS = tuple(
+    pattern.format(root=root)
+    for root in ("survey", "survey/level*")
+    for pattern in ("{root}/task_list.json", "{root}/pins/*.json", "benchmarks/{root}/*.tsv")
+)
 
 
 def reference_files(results: Path) -> list[str]:

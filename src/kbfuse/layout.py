@@ -152,6 +152,24 @@ def file(name: str, /, results: str | Path = RESULTS, **wildcards: Any) -> str:
     return _under(results, FILES[name], wildcards)
 
 
+# The survey of KernelBench level 2 lives under survey/; another level's under survey/level<N>/
+# (its own task list, pins, records, logs and summary; the compile caches are shared).
+SURVEY_LEVEL = 2
+
+
+def survey_root(level: int = SURVEY_LEVEL) -> str:
+    """The folder (under results/) of the survey of one KernelBench level."""
+    return "survey" if level == SURVEY_LEVEL else f"survey/level{level}"
+
+
+def survey_file(name: str, /, level: int = SURVEY_LEVEL, **wildcards: Any) -> str:
+    """`file(name)` for the survey of `level` (the shared compile cache whatever the level)."""
+    path = file(name, **wildcards)
+    if name == "survey_cache" or level == SURVEY_LEVEL:
+        return path
+    return path.replace(f"{RESULTS}/survey/", f"{RESULTS}/{survey_root(level)}/", 1)
+
+
 def log(stage: str) -> str:
     """A job's log file; `stage` names it, e.g. "timing/{task}"."""
     return f"{RESULTS}/logs/{stage}.log"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,8 +160,24 @@ class Program:
         return replace(self, baseline_names=list(baseline_names), modules=dict(modules))
 
 
-def scope_impls(scope: str, program: Program, y) -> dict[str, Callable[[], Any]]:
-    """Zero-argument callables for one scope, baselines first, then variants.
+def built_baseline(name: str, target, example) -> tuple[Callable[[], Any], float]:
+    """(the zero-argument run of baseline `name` on `example`, its build seconds): the time
+    to its first output, the build and the first call (where Inductor compiles, max-autotune
+    benchmarking its candidate kernels too) with the device synchronised."""
+    import torch
+
+    start = time.perf_counter()
+    run = functools.partial(baseline_builders.build(name, target, example), example)
+    run()
+    torch.cuda.synchronize()
+    return run, time.perf_counter() - start
+
+
+def scope_impls(
+    scope: str, program: Program, y, build_s: dict[str, float] | None = None
+) -> dict[str, Callable[[], Any]]:
+    """Zero-argument callables for one scope, baselines first, then variants; each
+    baseline's build seconds go into `build_s` when given.
 
     full: x -> the whole model (baselines) or FusedProgram (the model's linear, then the
     kernel). tail: the fixed linear output y -> the model's tail (baselines, built on the
@@ -177,7 +194,9 @@ def scope_impls(scope: str, program: Program, y) -> dict[str, Callable[[], Any]]
         raise KbfuseError(f"timing scope {scope!r} is unknown; known: {list(SCOPES)}")
     impls: dict[str, Callable[[], Any]] = {}
     for name in program.baseline_names:
-        impls[name] = functools.partial(baseline_builders.build(name, target, example), example)
+        impls[name], seconds = built_baseline(name, target, example)
+        if build_s is not None:
+            build_s[name] = seconds
     for variant, module in program.modules.items():
         if scope == "full":
             impls[variant] = functools.partial(launch.FusedProgram(module, tail, model), x)
@@ -193,7 +212,8 @@ def measure_program(
     say: Callable[[str], None],
     labels: Sequence[Any] = (),
 ) -> dict:
-    """Time both scopes with both methods; {measurements, ratios, tail_bytes}.
+    """Time both scopes with both methods; {measurements, ratios, tail_bytes, build_s} (each
+    baseline's build seconds per scope: `built_baseline`).
 
     Each scope/method block gets its own balanced round orders, seeded from the protocol's
     order seed and `labels` (the task, and the control's name) plus the block's key.
@@ -205,8 +225,9 @@ def measure_program(
         y = tail.linear(program.model)(program.x).contiguous()
         measurements: dict[str, dict] = {}
         ratios: dict[str, dict] = {}
+        build_s: dict[str, dict[str, float]] = {}
         for scope in SCOPES:
-            impls = scope_impls(scope, program, y)
+            impls = scope_impls(scope, program, y, build_s.setdefault(scope, {}))
             for method in METHODS:
                 key = f"{scope}/{method}"
                 say(f"timing {key}: {', '.join(impls)}")
@@ -227,4 +248,9 @@ def measure_program(
             del impls
             torch.cuda.empty_cache()
         tail_bytes = int(tail.bytes_moved(y))
-    return {"measurements": measurements, "ratios": ratios, "tail_bytes": tail_bytes}
+    return {
+        "measurements": measurements,
+        "ratios": ratios,
+        "tail_bytes": tail_bytes,
+        "build_s": build_s,
+    }

@@ -11,6 +11,9 @@ from kbfuse.results.manifest import survey_files
 ENV = "../../envs/kbfuse.yaml"
 TASKS = [int(t) for t in config["tasks"]]
 VARIANTS = list(config["variants"])
+# The compiled baselines the study checks and times (config key baselines; eager is the
+# reference every check compares with).
+COMPILED_BASELINES = [b for b in config["baselines"] if b != "eager"]
 
 
 wildcard_constraints:

@@ -41,5 +41,6 @@ rule correctness_baselines:
         seeds=config["seeds"],
         distributions=config["distributions"],
         input_seed=config["timing"]["input_seed"],
+        baselines=COMPILED_BASELINES,
     script:
         "../scripts/correctness_baselines.py"

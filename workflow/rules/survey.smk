@@ -12,13 +12,14 @@ checkpoint survey_task_list:
         checkout=SURVEY_CHECKOUT,
         record=layout.file("checkout_record"),
     output:
-        layout.file("survey_task_list"),
+        survey_path("survey_task_list"),
     log:
-        layout.file("survey_task_list_log"),
+        survey_path("survey_task_list_log"),
     conda:
         ENV
     params:
         tasks=SURVEY["tasks"],
+        level=SURVEY_LEVEL,
     script:
         "../scripts/survey_task_list.py"
 
@@ -27,15 +28,16 @@ rule survey_pin:
     input:
         unpack(survey_pin_inputs),
     output:
-        layout.file("survey_pin"),
+        survey_path("survey_pin"),
     log:
-        layout.file("survey_pin_log"),
+        survey_path("survey_pin_log"),
     wildcard_constraints:
         survey_task="[1-9][0-9]*",
     conda:
         ENV
     params:
         sha256=survey_pin_sha256,
+        level=SURVEY_LEVEL,
     script:
         "../scripts/survey_pin.py"
 
@@ -46,15 +48,15 @@ rule survey_pin:
 rule survey_task:
     input:
         checkout=SURVEY_CHECKOUT,
-        pin=layout.file("survey_pin"),
+        pin=survey_path("survey_pin"),
         contract=CONTRACT,
         code=SURVEY_CODE,
     output:
         SURVEY_TASK_RECORDS,
     log:
-        layout.file("survey_log"),
+        survey_path("survey_log"),
     benchmark:
-        layout.benchmark("survey/{survey_task}")
+        layout.benchmark(f"{layout.survey_root(SURVEY_LEVEL)}/{{survey_task}}")
     wildcard_constraints:
         survey_task="[1-9][0-9]*",
     conda:
@@ -64,7 +66,7 @@ rule survey_task:
     params:
         settings=SURVEY_JOB_SETTINGS,
         modes=SURVEY["numerics"],
-        cache=layout.file("survey_cache"),
+        cache=survey_path("survey_cache"),
     script:
         "../scripts/survey_task.py"
 

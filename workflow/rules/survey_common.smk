@@ -17,12 +17,21 @@ try:
 except KbfuseError as exc:
     sys.exit(f"kbfuse: {exc}")
 SURVEY_CHECKOUT = layout.file("checkout")
+# The KernelBench level surveyed: level 2 under results/survey, another under
+# results/survey/level<N> (layout.survey_file), so both can sit side by side.
+SURVEY_LEVEL = SURVEY["level"]
 SURVEY_JOB_SETTINGS = {
-    k: v for k, v in SURVEY.items() if k not in ("tasks", "numerics")
+    k: v for k, v in SURVEY.items() if k not in ("tasks", "numerics", "level")
 }
+
+
+def survey_path(name, **wildcards):
+    return layout.survey_file(name, SURVEY_LEVEL, **wildcards)
+
+
 # A task's job writes the record of every configured numerics mode.
 SURVEY_TASK_RECORDS = expand(
-    layout.file("survey_record"),
+    survey_path("survey_record"),
     numerics=SURVEY["numerics"],
     survey_task="{survey_task}",
 )
@@ -43,14 +52,12 @@ def survey_pin_inputs(wildcards):
 
 
 def survey_pin_sha256(wildcards):
-    return task_file_sha256(
-        SURVEY_CHECKOUT, config["kernelbench"]["level"], int(wildcards.survey_task)
-    )
+    return task_file_sha256(SURVEY_CHECKOUT, SURVEY_LEVEL, int(wildcards.survey_task))
 
 
 def survey_record_files(wildcards):
     return expand(
-        layout.file("survey_record"),
+        survey_path("survey_record"),
         numerics=SURVEY["numerics"],
         survey_task=read_task_list(survey_task_list()),
     )

@@ -1,17 +1,27 @@
 # The survey's summary (tables, plots) and the `survey` target; survey.smk writes the records
 # (SURVEY: the survey block with defaults; survey_record_files: every record of every task and
 # numerics mode; SURVEY_CHECKOUT: the pinned KernelBench checkout, whose H100 timings are the
-# anchor). kbfuse.survey.summary holds the logic, docs/survey.md what the tables say.
+# anchor and whose task files give each task's memory floor; survey_path: a survey file of
+# the configured level). kbfuse.survey.summary holds the logic, docs/survey.md what the
+# tables say.
 from kbfuse import layout
 from kbfuse.survey.summary import caption_name as survey_caption
 from kbfuse.survey.summary import summary_outputs as survey_summary_outputs
 
-SURVEY_SUMMARY = layout.file("survey_summary")
+SURVEY_SUMMARY = survey_path("survey_summary")
 SURVEY_SUMMARY_CODE = module_files("survey.summary", "survey.plots")
+
+
+# On a GPU the summary also reads the env fingerprint: the copy bandwidth the floor is
+# divided by.
+SURVEY_SUMMARY_BANDWIDTH = (
+    {"fingerprint": layout.record("env")} if SURVEY.get("device") == "cuda" else {}
+)
 
 
 rule survey_summary:
     input:
+        **SURVEY_SUMMARY_BANDWIDTH,
         records=survey_record_files,
         checkout=SURVEY_CHECKOUT,
         code=SURVEY_SUMMARY_CODE,
@@ -25,7 +35,7 @@ rule survey_summary:
             for name in survey_summary_outputs(SURVEY["numerics"])
         ],
     log:
-        layout.file("survey_summary_log"),
+        survey_path("survey_summary_log"),
     conda:
         ENV
     params:

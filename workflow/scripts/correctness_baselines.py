@@ -1,7 +1,10 @@
 from kbfuse.tasks.evaluator import tolerance_of
+from kbfuse.tasks.registry import baselines_gpu_lock
 from kbfuse.workflow.jobs import job
 
-with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock="shared"):
+compiled = list(snakemake.params.baselines)
+lock = baselines_gpu_lock(compiled)  # alone when max-autotune benchmarks kernels on the GPU
+with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock=lock):
     from kbfuse.checks.correctness import run_baselines
 
     run_baselines(
@@ -16,4 +19,5 @@ with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock="shared")
         ),
         out=snakemake.output[0],
         log=None,
+        implementations=compiled,
     )

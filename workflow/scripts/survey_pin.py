@@ -7,4 +7,5 @@ with job(snakemake.log[0], "survey_pin", torch=False):
         record=snakemake.input.record,
         task=int(snakemake.wildcards.survey_task),
         out=snakemake.output[0],
+        level=snakemake.params.level,
     )

@@ -8,4 +8,5 @@ with job(snakemake.log[0], "survey_summary", torch=False):
         records_by_mode(snakemake.input.records, snakemake.params.modes),
         snakemake.input.checkout,
         Path(snakemake.output[0]).parent,
+        fingerprint=getattr(snakemake.input, "fingerprint", None),
     )

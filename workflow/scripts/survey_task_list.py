@@ -7,4 +7,5 @@ with job(snakemake.log[0], "survey_task_list", torch=False):
         record=snakemake.input.record,
         tasks=snakemake.params.tasks,
         out=snakemake.output[0],
+        level=snakemake.params.level,
     )

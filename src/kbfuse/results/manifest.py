@@ -36,12 +36,12 @@ CHECKOUT_PIN = "kernelbench/checkout.json"
 QUOTED_PINS = (PIN, CHECKOUT_PIN)
 
 
-# The survey's records and summary (docs/contracts.md, "Survey"), hashed when a survey ran.
-SURVEY_GLOBS = (
-    "survey/*/tasks/*.json",
-    "survey/summary/*.csv",
-    "survey/summary/*.md",
-    "survey/summary/*.png",
+# The survey's records and summary (docs/contracts.md, "Survey"), hashed when a survey ran:
+# level 2's under survey/, another level's under survey/level<N>/ (kbfuse.layout.survey_root).
+SURVEY_GLOBS = tuple(
+    f"{root}/{pattern}"
+    for root in ("survey", "survey/level*")
+    for pattern in ("*/tasks/*.json", "summary/*.csv", "summary/*.md", "summary/*.png")
 )
 
 

@@ -21,11 +21,11 @@ from typing import Any
 from kbfuse.errors import KbfuseError
 from kbfuse.layout import result_paths
 from kbfuse.results.records import inside, parse_json, read_limited, validate_record
-from kbfuse.tasks.registry import WITNESS_TASK
+from kbfuse.tasks.registry import BASELINES, WITNESS_TASK
 
 SCHEMA_VERSION = 1
 # The baselines a timing record may name beside the variants (kbfuse.tasks.baselines, without torch).
-BASELINE_IMPLS = ("eager", "torchscript", "inductor")
+BASELINE_IMPLS = BASELINES
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 KernelBench ships, per hardware, `results/timing/<hardware>/baseline_time_torch.json` (eager)
 and `baseline_time_torch_compile_inductor_default.json` (Inductor, default mode), shaped
-`{"level2": {"<task file>": {"mean": ms, "std", "min", "max", "num_trials", "hardware",
-"device"}}}`. `read_anchor` reads them for the surveyed task files from the pinned checkout; a
+`{"level1": ..., "level2": {"<task file>": {"mean": ms, "std", "min", "max", "num_trials",
+"hardware", "device"}}, "level3": ...}`. `read_anchor` reads them for the surveyed task files
+of the surveyed level from the pinned checkout; a
 missing file or task entry is reported as missing (the table cell stays blank), an entry that
 is there but malformed is an error naming the file and key.
 
@@ -27,7 +28,6 @@ FILES = {
     "inductor": "baseline_time_torch_compile_inductor_default.json",
 }
 DEFAULT_HARDWARE = "H100_Modal"
-LEVEL = "level2"
 # ours / KernelBench's outside this band is flagged: an H200 has the H100's compute and 1.4x
 # its memory bandwidth, so a ratio far outside [0.5, 1.5] is a different measurement, not a
 # different GPU (the TF32 mode, a forward that changed, a failed baseline).
@@ -42,12 +42,13 @@ CAPTION = (
 )
 
 
-def _entries(path: Path, files: Iterable[str]) -> tuple[dict[str, dict], list[str]]:
-    """The level-2 entries of one anchor file for `files`, and the files it lacks."""
+def _entries(path: Path, files: Iterable[str], key: str) -> tuple[dict[str, dict], list[str]]:
+    """The entries of one anchor file's level `key` ("level2") for `files`, and the files it
+    lacks."""
     data = parse_json(read_limited(path), str(path))
-    level = data.get(LEVEL) if isinstance(data, Mapping) else None
+    level = data.get(key) if isinstance(data, Mapping) else None
     if not isinstance(level, Mapping):
-        raise KbfuseError(f"{path}: field {LEVEL} is missing or not an object")
+        raise KbfuseError(f"{path}: field {key} is missing or not an object")
     found, missing = {}, []
     for name in files:
         entry = level.get(name)
@@ -56,16 +57,17 @@ def _entries(path: Path, files: Iterable[str]) -> tuple[dict[str, dict], list[st
             continue
         mean = entry.get("mean") if isinstance(entry, Mapping) else None
         if isinstance(mean, bool) or not isinstance(mean, int | float) or not mean > 0:
-            raise KbfuseError(f"{path}: field {LEVEL}.{name}.mean is {mean!r}, not a time in ms")
+            raise KbfuseError(f"{path}: field {key}.{name}.mean is {mean!r}, not a time in ms")
         found[name] = {"mean_ms": float(mean), "hardware": entry.get("hardware")}
     return found, missing
 
 
 def read_anchor(
-    checkout: str | Path, files: Iterable[str], hardware: str = DEFAULT_HARDWARE
+    checkout: str | Path, files: Iterable[str], hardware: str = DEFAULT_HARDWARE, level: int = 2
 ) -> dict[str, Any]:
     """{hardware, baselines: {eager|inductor: {task file: {mean_ms, hardware}}}, missing:
-    [what is not there, one line each]} for the task files given."""
+    [what is not there, one line each]} for the task files given, of KernelBench level
+    `level`."""
     files = list(files)
     root = Path(checkout) / "results" / "timing" / hardware
     anchor: dict[str, Any] = {"hardware": hardware, "baselines": {}, "missing": []}
@@ -75,7 +77,7 @@ def read_anchor(
             anchor["missing"].append(f"{hardware}/{name}: no such file at the pin")
             anchor["baselines"][baseline] = {}
             continue
-        found, missing = _entries(path, files)
+        found, missing = _entries(path, files, f"level{level}")
         anchor["baselines"][baseline] = found
         anchor["missing"] += [f"{hardware}/{name}: no entry for {m}" for m in missing]
     return anchor

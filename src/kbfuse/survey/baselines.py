@@ -8,7 +8,16 @@
   runs in (`MODE_BOUND`): traced once under strict FP32 it ran at strict speed in TF32 mode.
 - `inductor`: `torch.compile(model, dynamic=False)`, default mode.
 - `inductor-max-autotune-no-cudagraphs`: the same with that mode (plain `max-autotune` would
-  bring CUDA graphs of its own, and the survey times graphs itself).
+  bring CUDA graphs of its own, and the survey times graphs itself). Its compile benchmarks
+  candidate kernels (Triton templates against cuBLAS/cuDNN, tile configurations) on the GPU,
+  so the job builds it while it holds the GPU alone (`AUTOTUNED`). It is built in each
+  numerics mode (`MODE_BOUND`): its choices are timed under the mode's TF32 switches, and its
+  convolution templates bake cuDNN's switch in as a constant. Inductor's FX-graph cache key
+  leaves that switch out (it holds the matmul precision, the same in both modes), so the build
+  tags the cache key with it (`torch.compiler.config.cache_key_tag`) and keeps Inductor's
+  local autotune cache off, whose timings are keyed by the matmul precision alone: the second
+  mode's build neither reuses the first mode's graph nor its benchmark results. The tagged
+  FX-graph cache still serves a rerun of the same mode.
 
 Each is a forward taking the task's inputs, under `torch.no_grad()` (the official trials
 call it on their own inputs; `bind` gives the zero-argument run the timing calls). `build`
@@ -20,6 +29,7 @@ block: the stage, the exception's type and the first line of its message.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -29,7 +39,9 @@ from kbfuse.survey.settings import BASELINES
 Run = Callable[[], object]
 Forward = Callable[..., object]
 # Baselines whose build captures the numerics mode in force: built again in each mode.
-MODE_BOUND = ("torchscript",)
+MODE_BOUND = ("torchscript", "inductor-max-autotune-no-cudagraphs")
+# Baselines whose build times kernels on the GPU: built while the job holds the GPU alone.
+AUTOTUNED = ("inductor-max-autotune-no-cudagraphs",)
 
 
 def _no_grad(fn: Callable) -> Forward:
@@ -79,13 +91,41 @@ def make(name: str, model, inputs: list, semantics: str) -> Forward:
     raise KbfuseError(f"unknown survey baseline {name!r}; known: {list(BASELINES)}")
 
 
+def autotune_cache_settings() -> dict:
+    """The Inductor settings an AUTOTUNED build runs under, for the numerics mode in force."""
+    import torch
+
+    return {
+        "cache_key_tag": f"kbfuse cudnn_tf32={bool(torch.backends.cudnn.allow_tf32)}",
+        "autotune_local_cache": False,
+    }
+
+
+@contextlib.contextmanager
+def _build_settings(name: str):
+    if name not in AUTOTUNED:
+        yield
+        return
+    import torch._inductor.config as inductor_config
+    import torch.compiler.config as compiler_config
+
+    settings = autotune_cache_settings()
+    with (
+        compiler_config.patch(cache_key_tag=settings["cache_key_tag"]),
+        inductor_config.patch(autotune_local_cache=settings["autotune_local_cache"]),
+    ):
+        yield
+
+
 def build(name: str, model, inputs: list, semantics: str, sync: Callable[[], None]) -> tuple:
-    """(forward, build_s): the baseline built and called once on `inputs`; `sync` waits for
-    the device."""
+    """(forward, build_s): the baseline built and called once on `inputs` (where Inductor
+    compiles, under `autotune_cache_settings` for an AUTOTUNED one); `sync` waits for the
+    device."""
     start = time.perf_counter()
-    forward = make(name, model, inputs, semantics)
-    forward(*inputs)
-    sync()
+    with _build_settings(name):
+        forward = make(name, model, inputs, semantics)
+        forward(*inputs)
+        sync()
     return forward, time.perf_counter() - start
 
 

@@ -11,8 +11,11 @@ baselines are built once, under the first mode whose eager forward ran (TF32 is 
 switch of cuBLAS and cuDNN, read at each call by eager and Inductor), except TorchScript,
 whose trace records the cuDNN switches as constants and is traced again in each mode
 (`baselines.MODE_BOUND`); each baseline's entry names the mode it was built in. Then,
-alone on the GPU, for each mode: the timing of every baseline that passed those stages, their
-kernel profiles, the ratios. A baseline failing at any stage is recorded with that stage and
+alone on the GPU, for each mode: the builds and official checks of the baselines whose build
+times kernels on the GPU (`baselines.AUTOTUNED`: Inductor's max-autotune benchmarks its
+candidate kernels while it compiles, and those benchmarks must not share the GPU with another
+job's timing), the timing of every baseline that passed those stages, their kernel profiles
+and timelines, the ratios. A baseline failing at any stage is recorded with that stage and
 the job goes on; if eager itself fails in a mode, that mode's record says so and holds no
 measurement. Every record is validated against its schema before any is written (each
 atomically), so a record on disk always follows the contract. Progress lines go to `say`.
@@ -34,6 +37,7 @@ import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from kbfuse.checks import official
 from kbfuse.errors import KbfuseError
@@ -92,6 +96,7 @@ def _baseline_entry() -> dict:
         "correctness": None,
         "timing": None,
         "kernels": None,
+        "timeline": None,
     }
 
 
@@ -151,6 +156,15 @@ class _Mode:
         self.record = record
         self.runs: dict[str, Callable[[], object]] = {}
         self.reference = None
+        self.eager_ok = False  # eager's reference and the blind spots ran in this mode
+
+
+class _Subject(NamedTuple):
+    """What the baselines of the job are built from: the model, its timing inputs, eager."""
+
+    model: object
+    inputs: list
+    eager: Callable
 
 
 class Phases:
@@ -244,8 +258,9 @@ def _official_pairs(t: _Task, eager, forward):
 def _check(t: _Task, m: _Mode, eager, inputs, builds: dict[str, tuple]) -> None:
     """Each built baseline against eager on the official trials in mode `m`; all of them stay
     in `m.runs` to be timed (a failed official check is recorded, not hidden: the summary
-    keeps such a baseline out of "best compiled")."""
-    entries = m.record["baselines"] = {}
+    keeps such a baseline out of "best compiled"). Entries are added to the mode's record in
+    the configured order of the baselines."""
+    entries = m.record.setdefault("baselines", {})
     for name, (forward, build_s, built_in, exc) in builds.items():
         entry = entries[name] = _baseline_entry()
         entry.update(build_s=build_s, built_in=built_in)
@@ -260,6 +275,9 @@ def _check(t: _Task, m: _Mode, eager, inputs, builds: dict[str, tuple]) -> None:
             _fail(entry, "correctness", exc, t.say)
             continue
         m.runs[name] = baselines.bind(forward, inputs)
+    order = t.settings["baselines"]
+    m.record["baselines"] = {n: entries[n] for n in order if n in entries}
+    m.runs = {n: m.runs[n] for n in order if n in m.runs}
 
 
 def _time(t: _Task, m: _Mode) -> None:
@@ -287,10 +305,11 @@ def _time(t: _Task, m: _Mode) -> None:
 def _profile(t: _Task, m: _Mode) -> None:
     for name, run in m.runs.items():
         t.say(f"{m.name}: profile {name}")
+        entry = m.record["baselines"][name]
         try:
-            m.record["baselines"][name]["kernels"] = profile.kernels(run, t.device)
+            entry["kernels"], entry["timeline"] = profile.profile_forward(run, t.device)
         except Exception as exc:  # noqa: BLE001
-            _fail(m.record["baselines"][name], "profile", exc, t.say)
+            _fail(entry, "profile", exc, t.say)
 
 
 def _new_record(t: _Task, mode: str, phases: Phases, job: dict) -> dict:
@@ -323,11 +342,12 @@ def survey_task(
         lock = gpulock.for_device(t.device) if lock is None else lock
         job = {"modes": list(modes), "built_in": None, "rerun_alone": False}
         per_mode = [_Mode(mode, _new_record(t, mode, phase, job)) for mode in modes]
+    subject = None
     with lock.shared():
         phase.seconds["wait_shared"] = lock.waited_s
         with phase("reference_and_builds"):
             try:
-                _references_and_builds(t, per_mode, job)
+                subject = _references_and_builds(t, per_mode, job)
                 rerun = _out_of_memory(per_mode)
             except Exception as exc:
                 if not _is_out_of_memory(exc):
@@ -345,8 +365,8 @@ def survey_task(
             phase.seconds["wait_alone"] = lock.waited_s - waited
             if rerun:
                 with phase("reference_and_builds"):
-                    _references_and_builds(t, per_mode, job)
-            _time_and_profile(t, per_mode, phase)
+                    subject = _references_and_builds(t, per_mode, job)
+            _time_and_profile(t, per_mode, phase, subject)
     for m in per_mode:
         m.record.setdefault("ratios", {})
     return {m.name: m.record for m in per_mode}
@@ -397,11 +417,31 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _time_and_profile(t: _Task, per_mode: list[_Mode], phase: Phases) -> None:
+def _autotuned(t: _Task) -> list[str]:
+    return [n for n in t.settings["baselines"] if n in baselines.AUTOTUNED]
+
+
+def _alone_builds(t: _Task, m: _Mode, subject: _Subject) -> None:
+    """Build (in mode `m`, the job alone on the GPU) and check the baselines whose build
+    benchmarks kernels on the GPU (baselines.AUTOTUNED), beside the mode's other baselines."""
+    names = _autotuned(t)
+    if not m.eager_ok:
+        return
+    builds = _build(t, subject.model, subject.inputs, names, m.name)
+    _check(t, m, subject.eager, subject.inputs, builds)
+    m.record["compile_cache"] = baselines.compile_cache_counts()
+
+
+def _time_and_profile(
+    t: _Task, per_mode: list[_Mode], phase: Phases, subject: _Subject | None
+) -> None:
     for m in per_mode:
+        set_numerics(m.name)
+        if subject is not None and _autotuned(t):
+            with phase("alone_builds"):
+                _alone_builds(t, m, subject)
         if not m.runs:
             continue
-        set_numerics(m.name)
         with phase("timing"):
             _time(t, m)
         if t.settings["profile"]:
@@ -409,26 +449,30 @@ def _time_and_profile(t: _Task, per_mode: list[_Mode], phase: Phases) -> None:
                 _profile(t, m)
 
 
-def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> None:
+def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> _Subject:
+    """Sharing the GPU: each mode's eager reference, blind spots, builds and official checks,
+    except the baselines built alone (baselines.AUTOTUNED); returns what those are built from."""
     model = official.instance(t.spec.module, t.seed, t.device)
     model = model.train() if t.semantics == "kernelbench" else model.eval()
     inputs = official.inputs(t.spec.module, t.seed, t.device)
     eager = baselines.make("eager", model, inputs, t.semantics)
-    shared = [n for n in t.settings["baselines"] if n not in baselines.MODE_BOUND]
-    bound = [n for n in t.settings["baselines"] if n in baselines.MODE_BOUND]
+    here = [n for n in t.settings["baselines"] if n not in baselines.AUTOTUNED]
+    shared = [n for n in here if n not in baselines.MODE_BOUND]
+    bound = [n for n in here if n in baselines.MODE_BOUND]
     builds = None
     for m in per_mode:
         m.record["inputs"] = tasks.describe_inputs(inputs)
         set_numerics(m.name)
         if not _reference(t, m, eager, model, inputs):
             continue
+        m.eager_ok = True
         if builds is None:  # in the first mode whose eager forward ran
             builds = _build(t, model, inputs, shared, m.name)
             job["built_in"] = m.name
         mode_builds = {**builds, **_build(t, model, inputs, bound, m.name)}
-        order = t.settings["baselines"]
-        _check(t, m, eager, inputs, {n: mode_builds[n] for n in order if n in mode_builds})
+        _check(t, m, eager, inputs, {n: mode_builds[n] for n in here if n in mode_builds})
         m.record["compile_cache"] = baselines.compile_cache_counts()
+    return _Subject(model, inputs, eager)
 
 
 def run_survey_task(

@@ -1,19 +1,25 @@
-"""The survey's two figures, drawn from its tables (matplotlib, Agg, PNG), per numerics mode.
+"""The survey's figures, drawn from its tables (matplotlib, Agg, PNG), per numerics mode.
 
-- `time_split_<mode>.png`: per task, two stacked horizontal bars, eager and the best compiled
-  baseline, split into library / generated / framework (pointwise and reduction) / other
-  (copies and unclassified) kernel time; tasks in the main table's order (most time outside
-  library kernels first);
+- `where_to_fuse_<mode>.png`: the where-to-fuse table (kbfuse.survey.headroom) as one
+  horizontal bar per task, the headroom in ms (best compiled - library - memory floor), the
+  whiskers its q1-q3 spread, the realistic ceiling written at the bar's end; ranks whose
+  spread overlaps a neighbour's (not rank-safe) hatched;
+- `time_split_<mode>.png`: for the first `SPLIT_TASKS` tasks of the main table (most time
+  outside library kernels first; every task's figures are in `categories`), two stacked
+  horizontal bars, eager and the best compiled baseline, split into library / generated /
+  framework (pointwise and reduction) / other (copies and unclassified) kernel time;
 - `speedup_vs_outside_<mode>.png`: speedup of the best compiled baseline over eager (log
   scale) against the share of its time outside library kernels; tasks where a trivial
   candidate passes the official check (blind spots) are drawn as red crosses.
 
-A figure without data says so in its middle instead of failing: the tables say why.
+A figure without data says so in its middle instead of failing: the tables say why. Every
+figure fits a screen (at most about 1000 px high at the 120 dpi they are written with).
 PNG files are written atomically and carry no timestamp or matplotlib version.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from kbfuse.results.plots import figure
@@ -27,6 +33,7 @@ SEGMENTS = {
     "other": ((COPY, UNCLASSIFIED), "tab:purple"),
 }
 ROLES = ("eager", "best compiled")
+SPLIT_TASKS = 20
 
 
 def _empty(ax, text: str) -> None:
@@ -46,10 +53,11 @@ def plot_time_split(main, categories, mode: str, path: str | Path) -> None:
     and best compiled, one pair of bars per task."""
     cats = categories[categories["numerics"] == mode] if len(categories) else categories
     order = [t for t in main["task"] if len(cats) and t in set(cats["task"])] if len(main) else []
-    with figure(path, figsize=(8.0, 0.5 * len(order) + 1.8)) as (fig, ax):
+    shown = order[:SPLIT_TASKS]
+    with figure(path, figsize=(8.0, 0.3 * len(shown) + 1.8)) as (fig, ax):
         if not order:
             _empty(ax, f"no kernel profile in mode {mode}")
-        for i, task in enumerate(order):
+        for i, task in enumerate(shown):
             for j, role in enumerate(ROLES):
                 rows = cats[(cats["task"] == task) & (cats["role"] == role)]
                 if rows.empty:
@@ -79,7 +87,7 @@ def plot_time_split(main, categories, mode: str, path: str | Path) -> None:
                     va="center",
                 )
         if order:
-            ax.set_yticks(range(len(order)), [f"{t}" for t in order], fontsize=7)
+            ax.set_yticks(range(len(shown)), [f"{t}" for t in shown], fontsize=7)
             ax.set_xlim(0, 112)
             ax.invert_yaxis()
             ax.set_xlabel(
@@ -87,7 +95,8 @@ def plot_time_split(main, categories, mode: str, path: str | Path) -> None:
             )
             ax.set_ylabel("task (most time outside library kernels first)")
             ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-        ax.set_title(f"where the time goes ({mode})", fontsize=10, pad=22)
+        first = f", the first {len(shown)} of {len(order)} tasks" if len(order) > len(shown) else ""
+        ax.set_title(f"where the time goes ({mode}{first})", fontsize=10, pad=22)
 
 
 def plot_speedup_vs_outside(main, mode: str, path: str | Path) -> None:
@@ -128,10 +137,59 @@ def plot_speedup_vs_outside(main, mode: str, path: str | Path) -> None:
         ax.set_title(f"compiled speedup vs time outside library kernels ({mode})", fontsize=10)
 
 
-def write_plots(main, categories, mode: str, outdir: str | Path) -> list[Path]:
-    """Both figures of one mode under outdir; the paths written."""
+def _label(task, name: str, width: int = 44) -> str:
+    """`task name`, the name cut to `width` characters (an ellipsis says where)."""
+    return f"{task} {name if len(name) <= width else name[: width - 1] + '…'}"
+
+
+def _headroom_bars(ax, rows) -> None:
+    """One bar per row (largest on top): headroom, q1-q3 whiskers, realistic ceiling at its end."""
+    y = list(range(len(rows)))
+    value = rows["headroom_ms"].astype(float).to_numpy()
+    low = (value - rows["headroom_q1_ms"].astype(float).to_numpy()).clip(0)
+    high = (rows["headroom_q3_ms"].astype(float).to_numpy() - value).clip(0)
+    hatches = ["" if safe else "//" for safe in rows["rank_safe"].astype(bool)]
+    ax.barh(y, value, 0.7, color="tab:blue", hatch=hatches, edgecolor="white", xerr=[low, high],
+            error_kw={"elinewidth": 0.8, "capsize": 2})  # fmt: skip
+    ax.set_yticks(y, [_label(r.task, r.name) for r in rows.itertuples()], fontsize=7)
+    ax.invert_yaxis()
+    for yi, end, ceiling in zip(y, value + high, rows["ceiling_realistic"], strict=True):
+        text = f"{float(ceiling):.2f}x" if math.isfinite(float(ceiling)) else ""
+        ax.annotate(text, (max(end, 0.0), yi), xytext=(3, 0), textcoords="offset points",
+                    fontsize=6, va="center")  # fmt: skip
+    ax.set_xlim(min(0.0, float((value - low).min())) * 1.1, float((value + high).max()) * 1.18)
+    ax.axvline(0.0, color="black", linewidth=0.6)
+
+
+def plot_where_to_fuse(where, mode: str, path: str | Path) -> None:
+    """The headroom of the where-to-fuse table's tasks in ms, q1-q3 whiskers, largest on top."""
+    rows = where.dropna(subset=["headroom_ms"]) if len(where) else where
+    with figure(path, figsize=(7.5, 0.32 * len(rows) + 1.6)) as (fig, ax):
+        if rows.empty:
+            _empty(ax, f"no headroom in mode {mode}: no floor or no copy bandwidth (notes say)")
+            ax.set_title(f"where to fuse ({mode})", fontsize=10)
+            return
+        _headroom_bars(ax, rows)
+        ax.set_xlabel(
+            "headroom (ms): best compiled - library kernels - memory floor; whiskers q1-q3;\n"
+            "at the bar's end the realistic ceiling, best compiled / (library + floor);"
+            " hatched: not rank-safe",
+            fontsize=7,
+        )
+        ax.set_title(
+            f"where to fuse ({mode}): the {len(rows)} tasks with most headroom", fontsize=10
+        )
+
+
+def write_plots(main, categories, mode: str, outdir: str | Path, where=None) -> list[Path]:
+    """The figures of one mode under outdir (where to fuse, the time split, speedup against
+    outside share); the paths written."""
+    import pandas as pd
+
+    fuse = Path(outdir) / f"where_to_fuse_{mode}.png"
     split = Path(outdir) / f"time_split_{mode}.png"
     scatter = Path(outdir) / f"speedup_vs_outside_{mode}.png"
+    plot_where_to_fuse(pd.DataFrame() if where is None else where, mode, fuse)
     plot_time_split(main, categories, mode, split)
     plot_speedup_vs_outside(main, mode, scatter)
-    return [split, scatter]
+    return [fuse, split, scatter]

@@ -1,20 +1,33 @@
-"""Where one forward's time goes: the kernels torch.profiler sees, per baseline.
+"""Where one forward's time goes: the kernels torch.profiler sees, and the GPU's idle gaps.
 
-On a GPU, `PROFILED_FORWARDS` forwards run under torch.profiler (CPU and CUDA activity); every
-device event (kernels, and the copies and memsets the GPU runs) is summed per name, its time
-taken from the event's own time range, and divided by the number of forwards:
-`[{name, device_us, calls}]` per ONE forward, sorted by time, longest first. On the CPU (tests,
-CI) the same list holds the profiler's CPU ops with their self time (`device_us` is then CPU
-microseconds). Classifying the names (library GEMM, Triton, framework pointwise, ...) is the
-summary's job.
+On a GPU, `PROFILED_FORWARDS` forwards run under torch.profiler (CPU and CUDA activity), each
+inside its own `record_function` range that ends with a device synchronisation, so every
+device event of a forward falls inside that forward's range. Two things are read from them:
+
+- `kernels`: every device event (kernels, and the copies and memsets the GPU runs) summed per
+  name, its time taken from the event's own time range, divided by the number of forwards:
+  `[{name, device_us, calls}]` per ONE forward, sorted by time, longest first. Classifying the
+  names (library GEMM, Triton, framework pointwise, ...) is the summary's job.
+- `timeline` (`forward_gaps`): per forward, from the start of its first device event to the
+  end of its last (`span_us`), the time some event runs (`busy_us`: the union of their time
+  ranges, so kernels overlapping on several streams count once) and the rest, the GPU idle
+  between kernels inside the forward (`idle_us` = span - busy), averaged over the forwards.
+  Time before the first kernel and after the last is not counted: it is the host's, not a
+  gap between kernels. The forwards are launched directly (not replayed from a CUDA graph, as
+  the timing does where it can), so the gaps include the launch latency a graph replay
+  shortens: an upper bound of the idle time of the timed forward.
+
+On the CPU (tests, CI) `kernels` holds the profiler's CPU ops with their self time
+(`device_us` is then CPU microseconds) and there is no timeline (None).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 PROFILED_FORWARDS = 3
+MARK = "kbfuse profiled forward "  # the record_function range of each forward
 
 
 def _per_forward(totals: dict[str, list[float]], forwards: int) -> list[dict]:
@@ -25,30 +38,100 @@ def _per_forward(totals: dict[str, list[float]], forwards: int) -> list[dict]:
     return sorted(rows, key=lambda row: (-row["device_us"], row["name"]))
 
 
-def kernels(run: Callable[[], object], device: str, forwards: int = PROFILED_FORWARDS) -> list:
-    """The record's `kernels` list of the zero-argument forward `run` (already warm)."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+def busy_us(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of the intervals [start, end]."""
+    total, end = 0.0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
 
-    activities = [ProfilerActivity.CPU]
-    if device == "cuda":
-        activities.append(ProfilerActivity.CUDA)
+
+def forward_gaps(
+    windows: Sequence[tuple[float, float]], activity: Iterable[tuple[float, float]]
+) -> dict | None:
+    """The record's `timeline`: device `activity` intervals (start, end in us) split among the
+    forwards' host `windows` (an event belongs to the window its start falls in); per forward
+    its span, busy and idle time, averaged over the forwards that ran a device event.
+    `unassigned` counts the events outside every window. None when no forward ran any."""
+    per_window: list[list[tuple[float, float]]] = [[] for _ in windows]
+    unassigned = 0
+    for start, end in activity:
+        index = next((i for i, (a, b) in enumerate(windows) if a <= start <= b), None)
+        if index is None:
+            unassigned += 1
+        else:
+            per_window[index].append((start, end))
+    spans, busies = [], []
+    for events in per_window:
+        if events:
+            spans.append(max(e for _, e in events) - min(s for s, _ in events))
+            busies.append(busy_us(events))
+    if not spans:
+        return None
+    span, busy = sum(spans) / len(spans), sum(busies) / len(busies)
+    return {
+        "forwards": len(spans),
+        "span_us": span,
+        "busy_us": busy,
+        "idle_us": max(span - busy, 0.0),
+        "unassigned": unassigned,
+    }
+
+
+def _is_device_work(event) -> bool:
+    from torch.autograd import DeviceType
+
+    annotation = getattr(event, "is_user_annotation", False) or event.name.startswith(MARK)
+    return event.device_type == DeviceType.CUDA and not annotation
+
+
+def _device_profile(events, forwards: int) -> tuple[list, dict | None]:
+    from torch.autograd import DeviceType
+
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    activity, windows = [], []
+    for event in events:
+        if event.device_type == DeviceType.CPU and event.name.startswith(MARK):
+            windows.append((event.time_range.start, event.time_range.end))
+        elif _is_device_work(event):
+            totals[event.name][0] += float(event.time_range.elapsed_us())
+            totals[event.name][1] += 1
+            activity.append((float(event.time_range.start), float(event.time_range.end)))
+    return _per_forward(totals, forwards), forward_gaps(sorted(windows), activity)
+
+
+def _cpu_profile(averages, forwards: int) -> list:
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for event in averages:
+        if event.self_cpu_time_total > 0 and not event.key.startswith(MARK):
+            totals[event.key][0] += float(event.self_cpu_time_total)
+            totals[event.key][1] += int(event.count)
+    return _per_forward(totals, forwards)
+
+
+def profile_forward(
+    run: Callable[[], object], device: str, forwards: int = PROFILED_FORWARDS
+) -> tuple[list, dict | None]:
+    """(kernels, timeline) of the zero-argument forward `run` (already warm): the record's
+    `kernels` and `timeline` of one baseline."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    if cuda:
         torch.cuda.synchronize()
     with profile(activities=activities) as prof:
-        for _ in range(forwards):
-            run()
-        if device == "cuda":
-            torch.cuda.synchronize()
-    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    if device == "cuda":
-        for event in prof.events():
-            if event.device_type == DeviceType.CUDA:
-                totals[event.name][0] += float(event.time_range.elapsed_us())
-                totals[event.name][1] += 1
-    else:
-        for event in prof.key_averages():
-            if event.self_cpu_time_total > 0:
-                totals[event.key][0] += float(event.self_cpu_time_total)
-                totals[event.key][1] += int(event.count)
-    return _per_forward(totals, forwards)
+        for i in range(forwards):
+            with record_function(f"{MARK}{i}"):
+                run()
+                if cuda:
+                    torch.cuda.synchronize()
+    if cuda:
+        return _device_profile(prof.events(), forwards)
+    return _cpu_profile(prof.key_averages(), forwards), None

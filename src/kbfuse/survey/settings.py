@@ -3,7 +3,9 @@
 The schema (workflow/schemas/config.schema.yaml) checks types and enums; `survey_settings`
 fills the defaults (so a config without a `survey:` block still works) and
 `unknown_task_problems` refuses task numbers that have no file at the pinned checkout, naming
-the key `survey.tasks` and the value. Numerics modes say which TF32 switches are on:
+the key `survey.tasks` and the value. `level` is the KernelBench level surveyed (2 by default;
+its files are `KernelBench/level<N>/` of the pinned checkout, whatever `kernelbench.level`
+says, which is the study's). Numerics modes say which TF32 switches are on:
 `strict` turns TF32 off for matmul and cuDNN (the study's contract); `kernelbench-defaults`
 leaves PyTorch's defaults (cuDNN TF32 on, matmul TF32 off), the conditions of KernelBench's
 published timings.
@@ -26,6 +28,7 @@ NUMERICS = {
 BASELINES = ("eager", "torchscript", "inductor", "inductor-max-autotune-no-cudagraphs")
 DEVICES = ("cuda", "cpu")
 DEFAULTS: dict[str, Any] = {
+    "level": 2,
     "tasks": "all",
     "semantics": "kernelbench",
     "numerics": ["strict", "kernelbench-defaults"],

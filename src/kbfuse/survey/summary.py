@@ -1,18 +1,22 @@
 """The survey's tables: every per-task record of each numerics mode read, rows built, written.
 
-Input: the `survey_task` records (docs/contracts.md, "Survey") of one or both numerics modes,
-and the pinned KernelBench checkout for the anchor timings (`kbfuse.survey.anchor`). Output,
-under one directory, each table as CSV (every digit) and Markdown:
+Input: the `survey_task` records (docs/contracts.md, "Survey") of one or both numerics modes
+of one KernelBench level, the pinned KernelBench checkout for the anchor timings
+(`kbfuse.survey.anchor`) and each task's memory floor (`kbfuse.survey.floor`), and the env
+fingerprint for the copy bandwidth. Output, under one directory, each table as CSV (every
+digit) and Markdown:
 
 - `survey_<mode>`: one row per task, sorted by the time spent outside library kernels in the
   best compiled baseline (largest first): the time of every baseline and whether it passes
   the official check (`<baseline>_official`), the best compiled one (the fastest compiled
-  baseline that passes the official check: a faster one that fails it is no baseline),
-  its library kernel time (`kbfuse.survey.classify`), the time outside it (ms, %, and its
-  q1-q3 spread), the fusion ceiling (best compiled / library time: what a perfect fusion of
-  everything else would give), the main op's FLOP/s achieved by the library kernels against
-  the GPU's peak (`kbfuse.survey.peaks`), `rank_safe` (this row's spread overlaps neither
-  neighbour's), the blind-spot and nondeterminism flags, and KernelBench's anchor timings;
+  baseline that passes the official check: a faster one that fails it is no baseline) and
+  its build seconds, its library kernel time (`kbfuse.survey.classify`), the time outside it
+  (ms, %, and its q1-q3 spread) and its parts, the memory floor, the headroom and the
+  realistic and upper-bound ceilings (`kbfuse.survey.headroom`), the main op's FLOP/s achieved
+  by the library kernels against the GPU's peak (`kbfuse.survey.peaks`), `rank_safe` (this
+  row's spread overlaps neither neighbour's), the blind-spot and nondeterminism flags, and
+  KernelBench's anchor timings;
+- `where_to_fuse_<mode>`: the 15 tasks with most headroom (`kbfuse.survey.headroom`);
 - `failures`: every baseline that could not be built, checked, timed or profiled, and every
   one that fails the official check (stage `official check`: how many trials, the largest
   error, the pinned tolerance);
@@ -37,7 +41,7 @@ from typing import Any
 from kbfuse.errors import KbfuseError
 from kbfuse.results import records
 from kbfuse.survey import anchor as anchors
-from kbfuse.survey import classify, peaks
+from kbfuse.survey import classify, headroom, peaks
 
 KIND = "survey_task"
 MODES = ("strict", "kernelbench-defaults")
@@ -53,7 +57,7 @@ TABLES = {
     "categories": "kernel time per category of eager and the best compiled baseline, per task",
 }
 TF32_TABLE = "tf32"
-PLOTS = ("time_split", "speedup_vs_outside")
+PLOTS = ("where_to_fuse", "time_split", "speedup_vs_outside")
 
 
 # ---------------------------------------------------------------- layout (no pandas)
@@ -63,8 +67,12 @@ def main_table(mode: str) -> str:
     return f"survey_{mode}"
 
 
+def where_table(mode: str) -> str:
+    return f"where_to_fuse_{mode}"
+
+
 def table_names(modes: Sequence[str]) -> list[str]:
-    names = [main_table(m) for m in modes] + list(TABLES)
+    names = [t for m in modes for t in (main_table(m), where_table(m))] + list(TABLES)
     if all(m in modes for m in MODES):
         names.append(TF32_TABLE)
     return names
@@ -222,23 +230,20 @@ def library_rate(rec: Mapping, library_ms: float | None, notes: list[str]) -> di
 
 
 def outside_fields(best: dict | None, library_ms: float | None, notes: list[str]) -> dict:
-    """Time outside library kernels (best compiled time - library kernel time), its spread,
-    share, and the fusion ceiling."""
+    """Time outside library kernels (best compiled time - library kernel time), its spread
+    and share."""
     if best is None or library_ms is None:
-        return dict.fromkeys(
-            ("outside_ms", "outside_q1_ms", "outside_q3_ms", "outside_pct", "fusion_ceiling")
-        )
+        return dict.fromkeys(("outside_ms", "outside_q1_ms", "outside_q3_ms", "outside_pct"))
     median = best["median_ms"]
     if library_ms > median:
         notes.append("library kernels take longer in the profile than the timed forward")
     if library_ms == 0:
-        notes.append("no library kernel: no fusion ceiling")
+        notes.append("no library kernel: no ceiling")
     return {
         "outside_ms": median - library_ms,
         "outside_q1_ms": best["q1_ms"] - library_ms,
         "outside_q3_ms": best["q3_ms"] - library_ms,
         "outside_pct": 100 * (median - library_ms) / median,
-        "fusion_ceiling": _div(median, library_ms),
     }
 
 
@@ -256,13 +261,22 @@ def anchor_fields(rec: Mapping, method: str | None, anchor: Mapping | None) -> d
     return row
 
 
-def task_row(rec: Mapping, baselines: Sequence[str], anchor: Mapping | None) -> dict[str, Any]:
-    """One row of the main table (without rank_safe, which needs the neighbours)."""
+def task_row(
+    rec: Mapping,
+    baselines: Sequence[str],
+    anchor: Mapping | None,
+    floor: tuple[Mapping | None, str | None] | None = None,
+    copy: Mapping | None = None,
+) -> dict[str, Any]:
+    """One row of the main table (without rank_safe, which needs the neighbours); `floor`:
+    the task's memory floor and why it has none (kbfuse.survey.floor.record_floor), `copy`:
+    the copy bandwidth of the GPU (kbfuse.survey.headroom.read_copy_bandwidth)."""
     notes: list[str] = []
     method = task_method(rec)
     best = best_compiled(rec, method)
     best_stats = stats_of(rec, best, method) if best else None
-    cats = kernel_ms(rec["baselines"][best].get("kernels")) if best else None
+    best_entry = rec["baselines"][best] if best else None
+    cats = kernel_ms(best_entry.get("kernels")) if best else None
     library_ms = cats[classify.LIBRARY] if cats else None
     if best and cats is None:
         notes.append(f"no kernel profile of {best}")
@@ -285,12 +299,16 @@ def task_row(rec: Mapping, baselines: Sequence[str], anchor: Mapping | None) -> 
     row |= {
         "method": method,
         "best_compiled": best,
+        "best_build_s": best_entry.get("build_s") if best_entry else None,
         "best_ms": _median(best_stats),
         "best_q1_ms": best_stats["q1_ms"] if best_stats else None,
         "best_q3_ms": best_stats["q3_ms"] if best_stats else None,
         "library_ms": library_ms,
     }
-    row |= outside_fields(best_stats, library_ms, notes)
+    outside = outside_fields(best_stats, library_ms, notes)
+    row |= outside
+    row |= headroom.breakdown(best_entry, notes)
+    row |= headroom.floor_fields(rec, outside, library_ms, row["best_ms"], floor, copy, notes)
     row["rank_safe"] = None  # set by rank_rows, which sees the neighbours
     row |= library_rate(rec, library_ms, notes)
     row |= {
@@ -329,9 +347,30 @@ def baselines_of(recs: Iterable[Mapping]) -> list[str]:
     return [b for b in BASELINE_ORDER if b in seen] + sorted(seen - set(BASELINE_ORDER))
 
 
-def main_rows(recs: Sequence[Mapping], anchor: Mapping | None) -> list[dict]:
+def main_rows(
+    recs: Sequence[Mapping],
+    anchor: Mapping | None,
+    floors: Mapping[int, tuple] | None = None,
+    copy: Mapping | None = None,
+) -> list[dict]:
+    """The main table's rows of one mode; `floors`: task -> (floor, why none) (None: no
+    checkout, so no floor), `copy`: the GPU's copy bandwidth (None: no fingerprint)."""
     baselines = baselines_of(recs)
-    return rank_rows([task_row(rec, baselines, anchor) for rec in recs])
+    return rank_rows(
+        [task_row(rec, baselines, anchor, (floors or {}).get(rec["task"]), copy) for rec in recs]
+    )
+
+
+def task_floors(checkout: str | Path, recs: Iterable[Mapping]) -> dict[int, tuple]:
+    """task -> (floor, why none) for every task of the records (one floor per task, whatever
+    the mode: the shapes do not depend on it)."""
+    from kbfuse.survey import floor
+
+    found: dict[int, tuple] = {}
+    for rec in recs:
+        if rec["task"] not in found:
+            found[rec["task"]] = floor.record_floor(checkout, rec)
+    return found
 
 
 OFFICIAL_FAILURE = "official check"
@@ -456,10 +495,17 @@ def _frame(rows: list[dict], columns: list[str] | None = None):
 
 
 def build_survey_tables(
-    by_mode: Mapping[str, Sequence[Mapping]], anchor: Mapping | None
+    by_mode: Mapping[str, Sequence[Mapping]],
+    anchor: Mapping | None,
+    floors: Mapping[int, tuple] | None = None,
+    copy: Mapping | None = None,
 ) -> dict[str, Any]:
     """table name -> DataFrame, in the order of table_names(modes)."""
-    tables = {main_table(m): _frame(main_rows(recs, anchor)) for m, recs in by_mode.items()}
+    tables = {}
+    for mode, recs in by_mode.items():
+        rows = main_rows(recs, anchor, floors, copy)
+        tables[main_table(mode)] = _frame(rows)
+        tables[where_table(mode)] = _frame(headroom.where_rows(rows), headroom.WHERE_COLUMNS)
     tables["failures"] = _frame(failure_rows(by_mode), FAILURE_COLUMNS)
     tables["unclassified"] = _frame(unclassified_rows(by_mode), UNCLASSIFIED_COLUMNS)
     tables["categories"] = _frame(category_rows(by_mode), CATEGORY_COLUMNS)
@@ -482,14 +528,26 @@ def survey_rows_of(results_dir: str | Path) -> Any:
     return _frame(rows, None if rows else ["numerics", "task", *COMPARED])
 
 
+def survey_level(recs: Iterable[Mapping]) -> int:
+    """The one KernelBench level of the records (2 when there are none); records of several
+    levels are refused (their task numbers would clash)."""
+    levels = sorted({int(rec.get("level", 2)) for rec in recs})
+    if len(levels) > 1:
+        raise KbfuseError(f"survey records of levels {levels} in one summary: one level each")
+    return levels[0] if levels else 2
+
+
 def write_survey_summary(
     record_files: Mapping[str, Sequence[str | Path]],
     checkout: str | Path | None,
     outdir: str | Path,
     hardware: str = anchors.DEFAULT_HARDWARE,
+    fingerprint: str | Path | None = None,
 ) -> list[Path]:
     """Read every record (mode -> paths), build every table and plot, write them to outdir
-    (all or nothing: nothing appears before every file is complete); return the paths."""
+    (all or nothing: nothing appears before every file is complete); return the paths. The
+    pinned `checkout` gives the anchor and each task's memory floor, the env `fingerprint`
+    the copy bandwidth the floor is divided by (either may be None: those cells stay blank)."""
     from kbfuse.results.summary import write_table
     from kbfuse.survey import plots
 
@@ -497,15 +555,20 @@ def write_survey_summary(
     if unknown:
         raise KbfuseError(f"survey numerics mode {unknown[0]!r} is not one of {list(MODES)}")
     by_mode = {m: read_mode(paths, m) for m, paths in record_files.items()}
-    files = sorted({rec["file"] for recs in by_mode.values() for rec in recs})
-    anchor = anchors.read_anchor(checkout, files, hardware) if checkout else None
-    tables = build_survey_tables(by_mode, anchor)
+    every = [rec for recs in by_mode.values() for rec in recs]
+    files = sorted({rec["file"] for rec in every})
+    level = survey_level(every)
+    anchor = anchors.read_anchor(checkout, files, hardware, level) if checkout else None
+    floors = task_floors(checkout, every) if checkout else None
+    copy = headroom.read_copy_bandwidth(fingerprint)
+    tables = build_survey_tables(by_mode, anchor, floors, copy)
     written: list[Path] = []
     with records.staged(outdir) as stage:
         for name, df in tables.items():
             written += write_table(df, stage, name)
         for mode in by_mode:
             written += plots.write_plots(
-                tables[main_table(mode)], tables["categories"], mode, stage
-            )
+                tables[main_table(mode)], tables["categories"], mode, stage,
+                tables[where_table(mode)],
+            )  # fmt: skip
     return [Path(outdir) / p.name for p in written]

@@ -44,15 +44,16 @@ def level_tasks(checkout: str | os.PathLike, level: int) -> dict[int, str]:
     return found
 
 
-def write_task_list(checkout, record, tasks, out) -> dict:
-    """Resolve survey.tasks (`tasks`: "all" or a list) against the checkout and write
-    {commit, level, tasks: {n: file}}."""
+def write_task_list(checkout, record, tasks, out, level: int | None = None) -> dict:
+    """Resolve survey.tasks (`tasks`: "all" or a list) against level `level` of the checkout
+    (by default the checkout record's) and write {commit, level, tasks: {n: file}}."""
     pin = read_pin(record)
-    available = level_tasks(checkout, pin["level"])
+    level = pin["level"] if level is None else level
+    available = level_tasks(checkout, level)
     tasks = configured_tasks({"tasks": tasks}, available)
     listing = {
         "commit": pin["commit"],
-        "level": pin["level"],
+        "level": level,
         "tasks": {str(t): available[t] for t in tasks},
     }
     write_json(out, listing)
@@ -87,16 +88,22 @@ def describe_inputs(inputs: list) -> list[dict]:
 
 
 def check_tasks_at_checkout(settings: dict, checkout, record, config: dict) -> None:
-    """Refuse unknown survey.tasks before any job when the checkout of the configured commit
-    is already there (its record names that commit); otherwise leave it to write_task_list."""
+    """Refuse unknown survey.tasks (or a survey.level the checkout lacks) before any job when
+    the checkout of the configured commit is already there (its record names that commit);
+    otherwise leave it to write_task_list."""
     record = Path(record)
-    if settings["tasks"] == "all" or not record.is_file() or not Path(checkout).is_dir():
+    if not record.is_file() or not Path(checkout).is_dir():
         return
     try:
         pinned = read_json(record)
     except ValueError:
         return
-    kb = config["kernelbench"]
-    if pinned.get("commit") != kb["commit"] or pinned.get("level") != kb.get("level", 2):
+    if pinned.get("commit") != config["kernelbench"]["commit"]:
         return
-    configured_tasks(settings, level_tasks(checkout, pinned["level"]))
+    level = settings.get("level", 2)
+    try:
+        available = level_tasks(checkout, level)
+    except KbfuseError as exc:
+        raise KbfuseError(f"config key survey.level: {level}: {exc}") from None
+    if settings["tasks"] != "all":
+        configured_tasks(settings, available)

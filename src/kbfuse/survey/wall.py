@@ -3,16 +3,19 @@
 Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wall.py):
 
 - Snakemake's `benchmark:` file of every survey job, `benchmarks/survey/{task}.tsv` (column
-  `s`: the job's wall seconds, the script's process included);
+  `s`: the job's wall seconds, the script's process included; another level's under
+  `benchmarks/survey/level<N>/`, its logs and records under `survey/level<N>/`);
 - the job log, `survey/logs/tasks/{task}.log`, whose last line kbfuse.survey.job writes as
   `wrote N records (...) in <seconds> s` (the time inside the job's library call);
 - the task's records, `survey/{mode}/tasks/{task}.json`, whose `phases_s` (the job's, the
   same in every mode's record) split that time: `load`, `wait_shared` (for the GPU lock, while
   another job timed), `reference_and_builds` (eager's references, the builds, correctness),
-  `wait_alone` (for the other jobs to leave the GPU), `timing`, `profile`.
+  `wait_alone` (for the other jobs to leave the GPU), `alone_builds` (the builds that
+  benchmark kernels on the GPU, max-autotune's; 0 in records without it), `timing`, `profile`.
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
-Snakemake's preamble); `alone_s` = timing + profile, the part no other job can overlap. With
+Snakemake's preamble); `alone_s` = alone builds + timing + profile, the part no other job can
+overlap. With
 the Snakemake run log (`.snakemake/log/*.snakemake.log`) the report adds the run's wall time
 (its `Elapsed time:` line) and the parallelism it reached (sum of job seconds / wall seconds);
 the sum of `alone_s` against the wall says how close the run came to keeping the GPU busy
@@ -26,11 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from kbfuse.errors import KbfuseError
+from kbfuse.layout import survey_root
 from kbfuse.results.jobtimes import benchmark_seconds, run_wall
 from kbfuse.results.records import parse_json, read_limited
 
 INSIDE_LINE = re.compile(r"^wrote .* in ([0-9.]+) s\s*$", re.M)
-RECORD_PHASES = ("load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile")
+RECORD_PHASES = (
+    "load", "wait_shared", "reference_and_builds", "wait_alone", "alone_builds", "timing",
+    "profile",
+)  # fmt: skip
 PHASES = ("startup_s", *(f"{p}_s" for p in RECORD_PHASES), "alone_s")
 
 
@@ -42,9 +49,9 @@ def inside_seconds(log: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
-def record_phases(results: Path, task: str) -> dict | None:
+def record_phases(results: Path, task: str, level: int = 2) -> dict | None:
     """The job's `phases_s` from the first of its records found (every mode's holds the same)."""
-    for record in sorted(results.glob(f"survey/*/tasks/{task}.json")):
+    for record in sorted(results.glob(f"{survey_root(level)}/*/tasks/{task}.json")):
         data = parse_json(read_limited(record), str(record))
         phases = data.get("phases_s") if isinstance(data, dict) else None
         if not isinstance(phases, dict):
@@ -53,10 +60,10 @@ def record_phases(results: Path, task: str) -> dict | None:
     return None
 
 
-def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
+def job_row(results: Path, task: str, tsv: Path, level: int = 2) -> dict[str, Any]:
     job_s = benchmark_seconds(tsv)
-    inside = inside_seconds(results / "survey" / "logs" / "tasks" / f"{task}.log")
-    phases = record_phases(results, task)
+    inside = inside_seconds(results / survey_root(level) / "logs" / "tasks" / f"{task}.log")
+    phases = record_phases(results, task, level)
     notes = [] if phases is not None else ["no record (job failed?)"]
     if inside is None:
         notes.append("no 'wrote ... in N s' line in the log: start-up unknown")
@@ -64,21 +71,24 @@ def job_row(results: Path, task: str, tsv: Path) -> dict[str, Any]:
     row["startup_s"] = job_s - inside if inside is not None else None
     for phase in RECORD_PHASES:
         row[f"{phase}_s"] = float(phases.get(phase, 0.0)) if phases is not None else None
-    row["alone_s"] = row["timing_s"] + row["profile_s"] if phases is not None else None
+    alone = ("alone_builds_s", "timing_s", "profile_s")
+    row["alone_s"] = sum(row[p] for p in alone) if phases is not None else None
     row["notes"] = "; ".join(notes)
     return row
 
 
-def survey_wall(results: str | Path, snakemake_log=None) -> dict[str, Any]:
-    """The report: one row per survey job, totals per phase, and the run's wall time.
+def survey_wall(results: str | Path, snakemake_log=None, level: int = 2) -> dict[str, Any]:
+    """The report: one row per survey job of KernelBench level `level`, totals per phase, and
+    the run's wall time.
 
     `snakemake_log`: the run's Snakemake log, or a list of them when the survey ran in several
     pieces (stopped and resumed): the wall time is then their sum."""
     results = Path(results)
-    tsvs = sorted((results / "benchmarks" / "survey").glob("*.tsv"))
+    folder = results / "benchmarks" / survey_root(level)
+    tsvs = sorted(folder.glob("*.tsv"))
     if not tsvs:
-        raise KbfuseError(f"no survey benchmark files under {results}/benchmarks/survey/")
-    jobs = sorted((job_row(results, t.stem, t) for t in tsvs), key=lambda r: r["task"])
+        raise KbfuseError(f"no survey benchmark files under {folder}/")
+    jobs = sorted((job_row(results, t.stem, t, level) for t in tsvs), key=lambda r: r["task"])
     totals = {"job_s": sum(r["job_s"] for r in jobs)}
     for phase in PHASES:
         known = [r[phase] for r in jobs if r[phase] is not None]
@@ -122,7 +132,7 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
     lines += [
         "",
         "| task | job s | start-up s | references and builds s | waited (shared) s "
-        "| waited (alone) s | alone (timing, profile) s | notes |",
+        "| waited (alone) s | alone (autotune builds, timing, profile) s | notes |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(report["jobs"], key=lambda r: -r["job_s"])[:slowest]:

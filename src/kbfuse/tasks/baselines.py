@@ -8,6 +8,10 @@ Each builder returns a callable `x -> output` that runs under `torch.no_grad()`:
   reach it depends on the optimisations freezing applied; correctness measures that.
 - `inductor(model)`: `torch.compile(model, dynamic=False)` in the default mode; it compiles
   on the first call, so call it once before timing or CUDA-graph capture.
+- `inductor(model, MAX_AUTOTUNE)`, the baseline `inductor-max-autotune-no-cudagraphs`: the
+  same in mode `max-autotune-no-cudagraphs` (plain `max-autotune` would bring CUDA graphs of
+  its own; the study captures its own). Its first call also benchmarks candidate kernels on
+  the GPU (`AUTOTUNED`): the jobs that build it hold the GPU alone.
 
 `tail_module(model, tail)` is the model with its linear layer replaced by `nn.Identity`,
 sharing every other parameter, so the same builders give the tail alone.
@@ -23,8 +27,15 @@ import torch
 from torch import nn
 
 from kbfuse.errors import KbfuseError
+from kbfuse.tasks import registry
 
-IMPLEMENTATIONS = ("eager", "torchscript", "inductor")
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+IMPLEMENTATIONS = registry.BASELINES
+# Baselines whose build times kernels on the GPU: never beside another job's timing.
+AUTOTUNED = registry.AUTOTUNED_BASELINES
+# Dynamo compiles Model.forward again for each model (a seed's, the tail's) and each compiled
+# baseline: two Inductor modes over the correctness stage's models pass its default limit (8).
+RECOMPILE_LIMIT = 64
 
 Program = Callable[[torch.Tensor], torch.Tensor]
 
@@ -68,12 +79,15 @@ def torchscript(model: nn.Module, example: torch.Tensor) -> Program:
     return _without_grad(frozen, "torchscript")
 
 
-def inductor(model: nn.Module) -> Program:
+def inductor(model: nn.Module, mode: str | None = None) -> Program:
     # Past its recompile limit Dynamo would quietly run the eager code under this baseline's
     # name (the correctness stage compiles one model per seed): make that an error instead.
     torch._dynamo.config.fail_on_recompile_limit_hit = True
-    compiled = torch.compile(model.eval(), dynamic=False)
-    return _without_grad(compiled, "inductor")
+    limit = getattr(torch._dynamo.config, "recompile_limit", None)
+    if limit is not None and limit < RECOMPILE_LIMIT:
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+    compiled = torch.compile(model.eval(), dynamic=False, mode=mode)
+    return _without_grad(compiled, "inductor" if mode is None else f"inductor-{mode}")
 
 
 def build(name: str, module: nn.Module, example: torch.Tensor) -> Program:
@@ -84,6 +98,8 @@ def build(name: str, module: nn.Module, example: torch.Tensor) -> Program:
         return torchscript(module, example)
     if name == "inductor":
         return inductor(module)
+    if name == f"inductor-{MAX_AUTOTUNE}":
+        return inductor(module, MAX_AUTOTUNE)
     raise KbfuseError(f"unknown baseline {name!r}; known: {', '.join(IMPLEMENTATIONS)}")
 
 

@@ -538,6 +538,12 @@ def load_task(checkout: str | os.PathLike, pin: dict, task: int) -> TaskSpec:
     )
 
 
+def import_task_file(path: str | os.PathLike, task: int, sha256: str) -> types.ModuleType:
+    """Import task file `path` whose sha256 the caller has checked (a survey record names
+    it), under a name of its own."""
+    return _import_task_file(Path(path), int(task), sha256)
+
+
 def _import_task_file(path: Path, task: int, sha256: str) -> types.ModuleType:
     # A unique name per import: two loads (other commit, other checkout) never share state.
     name = f"kbfuse_task_{task}_{sha256[:12]}_{next(_module_counter)}"
@@ -578,9 +584,20 @@ def build_model(spec: TaskSpec, seed: int, device="cuda"):
 _PIN_HEADER = ("kind", "schema_version", "url", "commit", "head", "level")
 
 
-def pin_task(checkout: str | os.PathLike, record: str | os.PathLike, task: int, out) -> dict:
-    """Pin one task of an existing checkout; the record has the pin format with one task."""
+def pin_task(
+    checkout: str | os.PathLike,
+    record: str | os.PathLike,
+    task: int,
+    out,
+    level: int | None = None,
+) -> dict:
+    """Pin one task of an existing checkout; the record has the pin format with one task. The
+    task is of level `level` (the survey's), by default the checkout record's (the study's)."""
     base = read_pin(record)
+    if level is not None:
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise KbfuseError(f"survey.level {level!r} must be a positive integer")
+        base = {**base, "level": level}
     checkout = Path(checkout)
     try:
         head = _GitRunner(None, git_timeout_s())("rev-parse", "HEAD", cwd=checkout)

@@ -26,7 +26,7 @@ from kbfuse.io import read_json
 from kbfuse.stage import read_compile_metas
 from kbfuse.tasks import baselines as baseline_builders
 
-BASELINES = baseline_builders.IMPLEMENTATIONS  # ("eager", "torchscript", "inductor")
+BASELINES = baseline_builders.IMPLEMENTATIONS  # eager, TorchScript, Inductor (and max-autotune)
 
 
 def gate(
@@ -127,7 +127,7 @@ def gate_baselines(
 ) -> tuple[list[str], dict[str, dict]]:
     """Split baselines into (eligible, skipped) by the task's baselines correctness record
     (results/correctness/{task}/baselines.json, `run_baselines`). Eager is the reference every
-    check compares with, so it is always eligible; TorchScript and Inductor need a passing
+    check compares with, so it is always eligible; every compiled baseline needs a passing
     result in the record, like a variant."""
     eligible: list[str] = []
     skipped: dict[str, dict] = {}

@@ -1,6 +1,8 @@
-"""The timing stage: eager, TorchScript, Inductor and every kernel variant, interleaved.
+"""The timing stage: eager, TorchScript, Inductor (default, and max-autotune when configured)
+and every kernel variant, interleaved.
 
-Every implementation is compiled and warmed up before the timed region; the samples follow the
+Every implementation is compiled and warmed up before the timed region (each baseline's build
+seconds, to its first output, in `build_s` per scope); the samples follow the
 protocol of `kbfuse.timing.measure` (a synchronisation before every CUDA event pair, balanced round
 orders seeded per block and task, each sample's round position recorded). A sample is the time
 between a CUDA event pair around `invocations_per_pair` back-to-back calls (method "events")
@@ -78,6 +80,7 @@ def run_timing(
         measurements=timed["measurements"],
         ratios=timed["ratios"],
         tail_bytes=timed["tail_bytes"],
+        build_s=timed.get("build_s", {}),
     )
     write_json(out, result)
     say(f"task {task}: wrote {out}")

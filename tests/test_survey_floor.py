@@ -1,0 +1,160 @@
+"""The memory floor of a task (kbfuse.survey.floor): the bytes the work outside library kernels
+must move, found under FakeTensorMode on the CPU, each checked against the bytes worked out by
+hand from the task's shapes (float32: 4 bytes an element)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from survey_kbrepo import SURVEY_TASK_FILES
+from survey_records import record
+
+from kbfuse.io import sha256_file
+from kbfuse.survey import floor
+
+F32 = 4
+
+
+def task_module(source: str) -> types.ModuleType:
+    module = types.ModuleType("task_under_test")
+    exec(compile(source, "task_under_test.py", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def fixture_task(task: int) -> types.ModuleType:
+    return task_module(SURVEY_TASK_FILES[task][1])
+
+
+LINEAR = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 16)
+        self.bias = nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+{body}
+
+def get_inputs():
+    return [torch.rand(4, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def linear_task(*lines: str) -> types.ModuleType:
+    return task_module(LINEAR.format(body="\n".join(f"        {line}" for line in lines)))
+
+
+OUT = 4 * 16 * F32  # the linear layer's output, (4, 16)
+
+
+def test_a_convolution_tail_reads_the_convolution_its_bias_and_writes_the_output():
+    # task 1: conv (2, 3, 8, 8) -> (2, 4, 6, 6), relu, + bias (4, 1, 1)
+    found = floor.task_floor(fixture_task(1))
+    conv = 2 * 4 * 6 * 6 * F32
+    assert found.library_outputs == [
+        {"op": "aten.convolution", "shape": [2, 4, 6, 6], "bytes": conv}
+    ]
+    assert (found.read_library, found.read_parameters, found.read_inputs) == (conv, 4 * F32, 0)
+    assert found.written == conv  # the task's output; relu's result stays on chip
+    assert found.bytes == 2 * conv + 4 * F32
+    assert found.as_dict()["floor_bytes"] == found.bytes
+
+
+def test_work_before_the_library_reads_the_input_and_writes_what_the_gemm_reads():
+    # task 7: tanh(tanh(x)) on (4, 8), then a linear layer whose output is the task's
+    found = floor.task_floor(fixture_task(7))
+    assert (found.read_inputs, found.written, found.read_library) == (128, 128, 0)
+    assert found.bytes == 256
+
+
+def test_dropout_then_softmax_in_training_mode():
+    # task 66: linear (4, 8) -> (4, 16), dropout (its mask is made by the work itself), softmax
+    found = floor.task_floor(fixture_task(66), "kernelbench")
+    assert (found.read_library, found.written, found.read_parameters) == (256, 256, 0)
+
+
+def test_a_task_that_is_its_library_call_has_no_floor_bytes():
+    found = floor.task_floor(linear_task("return self.linear(x).view(2, 32)"))
+    assert found.bytes == 0  # a view moves nothing, and the output is the library's
+    assert [o["shape"] for o in found.library_outputs] == [[4, 16]]
+
+
+def test_in_place_work_on_the_library_output_reads_it_and_writes_the_output():
+    found = floor.task_floor(linear_task("y = self.linear(x)", "y.relu_()", "return y"))
+    assert (found.read_library, found.written) == (OUT, OUT)
+
+
+def test_each_tensor_counts_once_however_often_it_is_read():
+    found = floor.task_floor(
+        linear_task(
+            "y = self.linear(x)",
+            "z = torch.tanh(y) + self.bias",
+            "return z * y + self.bias",
+        )
+    )
+    assert (found.read_library, found.read_parameters, found.written) == (OUT, 16 * F32, OUT)
+
+
+def test_work_between_two_library_calls_writes_what_the_second_reads():
+    found = floor.task_floor(
+        linear_task("y = torch.relu(self.linear(x))", "return torch.mm(y, y.t())")
+    )
+    # reads the first output, writes relu's for the GEMM; the GEMM's output is the task's
+    assert (found.read_library, found.written) == (OUT, OUT)
+    assert [o["shape"] for o in found.library_outputs] == [[4, 16], [4, 4]]
+
+
+def test_a_forward_that_reads_data_has_no_floor_and_the_record_says_why(tmp_path):
+    with pytest.raises(Exception, match="DataDependent|data-dependent|_local_scalar_dense"):
+        floor.task_floor(fixture_task(9))
+
+
+def _checkout(tmp_path, task: int):
+    name, text = SURVEY_TASK_FILES[task]
+    path = tmp_path / "KernelBench" / "level2" / name
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    rec = record(task=task)
+    rec["file"], rec["sha256"] = name, sha256_file(path)
+    return rec
+
+
+def test_record_floor_reads_the_surveyed_file_at_the_checkout(tmp_path):
+    rec = _checkout(tmp_path, 1)
+    found, problem = floor.record_floor(tmp_path, rec)
+    assert problem is None and found["floor_bytes"] == 2 * 2 * 4 * 6 * 6 * F32 + 4 * F32
+
+
+def test_record_floor_refuses_another_file_and_says_why_a_forward_has_none(tmp_path):
+    rec = _checkout(tmp_path, 1)
+    assert floor.record_floor(tmp_path / "elsewhere", rec) == (
+        None,
+        "no floor: 1_Conv2D_ReLU_BiasAdd.py is not at the checkout",
+    )
+    assert floor.record_floor(tmp_path, {**rec, "sha256": "1" * 64}) == (
+        None,
+        "no floor: 1_Conv2D_ReLU_BiasAdd.py at the checkout is not the surveyed file",
+    )
+    rec9 = _checkout(tmp_path / "nine", 9)
+    found, problem = floor.record_floor(tmp_path / "nine", rec9)
+    assert found is None and problem.startswith("no floor: DataDependentOutputException")
+
+
+def test_the_command_prints_one_tasks_floor(tmp_path, capsys):
+    import json
+
+    _checkout(tmp_path, 1)
+    assert floor.main([str(tmp_path), "2", "1", "--gbps", "1000"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    floor_bytes = 2 * 2 * 4 * 6 * 6 * F32 + 4 * F32
+    assert printed["file"] == "1_Conv2D_ReLU_BiasAdd.py" and printed["floor_bytes"] == floor_bytes
+    assert printed["floor_ms"] == pytest.approx(floor_bytes / 1e12 * 1e3)
+    with pytest.raises(SystemExit, match="2"):
+        floor.main([str(tmp_path), "2", "5"])
+    assert "level 2 of" in capsys.readouterr().err

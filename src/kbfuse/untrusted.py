@@ -60,8 +60,34 @@ def regular_file(path: str | os.PathLike, *, follow: bool = False) -> os.stat_re
     return st
 
 
-def read_bytes(path: str | os.PathLike, limit: int, *, follow: bool = False) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes (see the module docstring)."""
+def no_link_below(root: str | os.PathLike, path: str | os.PathLike) -> None:
+    """KbfuseError unless `path` lies inside `root` and no folder between them is a symbolic
+    link (O_NOFOLLOW guards only the last component: a linked folder could lead anywhere)."""
+    root, path = Path(root), Path(path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise KbfuseError(f"{path} is not inside {root}; not read") from None
+    if ".." in parts:
+        raise KbfuseError(f"{path} climbs out of {root}; not read")
+    here = root
+    for part in parts[:-1]:
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except OSError as exc:
+            raise KbfuseError(f"{path} cannot be read: {here}: {exc.strerror}") from None
+        if not stat.S_ISDIR(mode):
+            raise KbfuseError(f"{path}: {here} is {kind_of(mode)}, not a folder; not read")
+
+
+def read_bytes(
+    path: str | os.PathLike, limit: int, *, follow: bool = False, within: Path | None = None
+) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (see the module docstring);
+    `within`: the file must lie in that folder with no linked folder on the way."""
+    if within is not None:
+        no_link_below(within, path)
     st = regular_file(path, follow=follow)
     if st.st_size > limit:
         raise KbfuseError(f"{path} is {st.st_size} bytes, over the {limit}-byte limit")
@@ -147,6 +173,9 @@ def parse_json(raw: bytes, label: str, limit: int) -> Any:
     return data
 
 
-def read_json(path: str | os.PathLike, limit: int, *, follow: bool = False) -> Any:
-    """A regular JSON file of at most `limit` bytes, parsed strictly."""
-    return parse_json(read_bytes(path, limit, follow=follow), str(Path(path)), limit)
+def read_json(
+    path: str | os.PathLike, limit: int, *, follow: bool = False, within: Path | None = None
+) -> Any:
+    """A regular JSON file of at most `limit` bytes, parsed strictly (`within`: as read_bytes)."""
+    raw = read_bytes(path, limit, follow=follow, within=within)
+    return parse_json(raw, str(Path(path)), limit)

@@ -4,8 +4,10 @@ The task is `--task`, or the candidate's `# kbfuse-task:` line. Its file comes f
 KernelBench checkout (`--kernelbench`, default results/kernelbench/checkout, the workflow's
 checkout at the pin; the commit is recorded) or is given directly (`--task-file`, for a task
 outside KernelBench, such as the CPU tests' tiny tasks). Settings come from the `check:` block
-of `--config` when given (config/config.yaml), else the defaults of kbfuse.candidates.spec.
-Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail.
+of `--config` when given (config/config.yaml), else the defaults of kbfuse.candidates.spec;
+`--unsandboxed` runs the children without the bubblewrap sandbox (the verdict says so).
+Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail (or a
+problem named on stderr: no bwrap, a missing task file, a reference that fails).
 """
 
 from __future__ import annotations
@@ -29,16 +31,24 @@ def add_parser(sub) -> None:
     c.add_argument("--survey", help="the survey record of the task (its blind spots)")
     c.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
     c.add_argument("--keep-scratch", action="store_true", help="keep the scratch folder")
+    c.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="run the children without the bubblewrap sandbox (recorded in the verdict)",
+    )
     c.set_defaults(run=run)
 
 
-def _settings(config: str | None) -> dict | None:
-    if config is None:
-        return None
-    from kbfuse.workflow.config import read_config_file
+def _settings(config: str | None, unsandboxed: bool) -> dict | None:
+    settings = None
+    if config is not None:
+        from kbfuse.workflow.config import read_config_file
 
-    data = read_config_file(config) or {}
-    return data.get("check") if isinstance(data, dict) else None
+        data = read_config_file(config) or {}
+        settings = data.get("check") if isinstance(data, dict) else None
+    if unsandboxed:
+        settings = {**(settings or {}), "unsandboxed": True}
+    return settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         task,
         task_file,
         out,
-        _settings(args.config),
+        _settings(args.config, args.unsandboxed),
         device=args.device,
         commit=commit,
         survey=args.survey,

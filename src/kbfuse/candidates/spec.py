@@ -28,9 +28,21 @@ LEVELS = (2,)
 # start) never imports torch; tests/test_check_units.py keeps the two equal.
 DISTRIBUTIONS = ("uniform", "normal", "uniform_x100", "uniform_xneg100")
 
+# Upper bounds of the counts and limits (the config schema holds the same): a value past one
+# is a mistake, and would make a check run for ever or ask for more than any machine has.
+MAXIMA = {
+    "time_limit_s": 86400,
+    "memory_limit_mb": 1 << 20,
+    "official_trials": 1000,
+    "seeds": 1000,
+    "timing.warmup": 1000,
+    "timing.rounds": 10000,
+    "timing.invocations_per_pair": 100000,
+}
 DEFAULTS: dict[str, Any] = {
     "folder": "tests/candidates",
     "in_manifest": False,
+    "unsandboxed": False,
     "witness_cache": "results/check/witness-cache",
     "time_limit_s": 600.0,
     "memory_limit_mb": 32768,
@@ -87,6 +99,14 @@ def _positive_number(value: Any, key: str) -> float:
     return float(value)
 
 
+def _at_most(value: float, key: str, what: str = "") -> None:
+    """KbfuseError naming check.`key` when `value` (a count of `what`, when given) is over
+    MAXIMA[key]."""
+    if value > MAXIMA[key]:
+        said = f"has {value} {what}" if what else f"is {value!r}"
+        raise KbfuseError(f"check.{key} {said}: at most {MAXIMA[key]}")
+
+
 def _merge(defaults: Mapping, given: Mapping, prefix: str) -> dict:
     unknown = sorted(set(given) - set(defaults))
     if unknown:
@@ -111,18 +131,20 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
         raise KbfuseError(f"check.folder is {s['folder']!r}: it must be a folder path")
     if s["witness_cache"] is not None and not isinstance(s["witness_cache"], str):
         raise KbfuseError(f"check.witness_cache is {s['witness_cache']!r}: a folder or null")
-    if not isinstance(s["in_manifest"], bool):
-        raise KbfuseError(f"check.in_manifest is {s['in_manifest']!r}: it must be true or false")
-    _positive_number(s["time_limit_s"], "check.time_limit_s")
-    int_at_least(s["memory_limit_mb"], "check.memory_limit_mb", 64)
+    for key in ("in_manifest", "unsandboxed"):
+        if not isinstance(s[key], bool):
+            raise KbfuseError(f"check.{key} is {s[key]!r}: it must be true or false")
+    _at_most(_positive_number(s["time_limit_s"], "check.time_limit_s"), "time_limit_s")
+    _at_most(int_at_least(s["memory_limit_mb"], "check.memory_limit_mb", 64), "memory_limit_mb")
     fraction = _positive_number(s["gpu_memory_fraction"], "check.gpu_memory_fraction")
     if fraction > 1:
         raise KbfuseError(f"check.gpu_memory_fraction is {fraction!r}: it must be <= 1")
-    int_at_least(s["official_trials"], "check.official_trials")
+    _at_most(int_at_least(s["official_trials"], "check.official_trials"), "official_trials")
     int_at_least(s["seed"], "check.seed", 0)
     seeds = s["seeds"]
     if not isinstance(seeds, list) or not seeds:
         raise KbfuseError(f"check.seeds is {seeds!r}: it must be a non-empty list")
+    _at_most(len(seeds), "seeds", "entries")
     for seed in seeds:
         int_at_least(seed, "check.seeds[]", 0)
     if not isinstance(s["distributions"], list) or not s["distributions"]:
@@ -141,7 +163,7 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
             raise KbfuseError(f"check.baselines names {name!r}; known: {list(BASELINES)}")
     t = s["timing"]
     for key in ("warmup", "rounds", "invocations_per_pair"):
-        int_at_least(t[key], f"check.timing.{key}")
+        _at_most(int_at_least(t[key], f"check.timing.{key}"), f"timing.{key}")
     int_at_least(t["order_seed"], "check.timing.order_seed", 0)
     for key in ("cold_l2", "graph"):
         if not isinstance(t[key], bool):

@@ -4,7 +4,8 @@ candidates (tests/test_check_hostile.py, tests/test_check_escapes.py):
     python tests/checker.py REPORT.json [--lock-dir DIR] -- ARGUMENTS OF kbfuse check
 
 REPORT.json gets {"rc": the exit status of `kbfuse check`, "max_rss_mb": the peak resident
-memory of this process}: the checker's own, its children not counted (RUSAGE_SELF). With
+memory of this process}: the checker's own (VmHWM: neither its children nor, as ru_maxrss
+could, the process it was forked from). With
 --lock-dir the check holds a GPU lock in that folder for its candidate, as `snakemake check`
 does (kbfuse.workflow.gpulock).
 """
@@ -12,7 +13,6 @@ does (kbfuse.workflow.gpulock).
 from __future__ import annotations
 
 import json
-import resource
 import sys
 
 
@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     from kbfuse.workflow.cli import main as kbfuse
 
     rc = kbfuse(arguments)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/status") as status:
+        peak = int(next(line for line in status if line.startswith("VmHWM")).split()[1]) / 1024
     with open(report, "w") as handle:
         json.dump({"rc": rc, "max_rss_mb": peak}, handle)
     return rc

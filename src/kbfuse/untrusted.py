@@ -113,6 +113,22 @@ def read_bytes(
     return b"".join(chunks)
 
 
+def read_head(path: str | os.PathLike, size: int, *, follow: bool = False) -> bytes:
+    """At most the first `size` bytes of a regular file (see the module docstring)."""
+    regular_file(path, follow=follow)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise KbfuseError(f"{path} cannot be read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise KbfuseError(f"{path} changed into a special file while it was read; not read")
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
+
+
 def read_tail(path: str | os.PathLike, limit: int) -> bytes:
     """The last `limit` bytes of a regular file (b"" when it is missing or not regular)."""
     try:

@@ -37,10 +37,11 @@ from pathlib import Path
 from kbfuse.candidates import bwrap, evidence, readback, verdict
 from kbfuse.candidates.reference import build_cases
 from kbfuse.candidates.sandbox import Handoff, Limits, run_child
-from kbfuse.candidates.spec import check_settings
+from kbfuse.candidates.spec import CANDIDATE_BYTES, check_settings
 from kbfuse.candidates.witness import extension_name
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file, write_json
+from kbfuse.workflow import gpulock
 
 OFFICIAL_ATOL = OFFICIAL_RTOL = 1e-2  # KernelBench at the pin, float32
 ROLES = ("reference", "candidate", "witness")
@@ -278,6 +279,10 @@ def check_candidate(
     for path, what in ((candidate, "candidate file"), (task_file, "task file")):
         if not path.is_file():
             raise KbfuseError(f"{what} {path} does not exist or is not a file")
+        if path.stat().st_size > CANDIDATE_BYTES:
+            raise KbfuseError(f"{what} {path} is over {CANDIDATE_BYTES} bytes")
+    if len(f"{out.stem}.candidate.log".encode()) > 255:
+        raise KbfuseError(f"verdict {str(out)[:200]!r}: its name is too long for its log files")
     binary, sandbox = sandbox_of(settings)
     device = device or default_device()
     logs_at = Path(log_dir) if log_dir is not None else out.parent
@@ -285,7 +290,10 @@ def check_candidate(
     for log in logs.values():
         log.unlink(missing_ok=True)
     root = Path(tempfile.mkdtemp(prefix="kbfuse-check-")).resolve()
-    hidden = tuple(p.resolve() for p in (root, out.parent, logs_at))
+    # none of these may be seen by a child, even where it lies in a folder a child can read
+    # (a GPU lock file can be locked through a read-only view)
+    locks = [gpulock.lock_dir()] + ([lock.path.parent] if hasattr(lock, "path") else [])
+    hidden = tuple(p.resolve() for p in (root, out.parent, logs_at, *locks))
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
     try:
         found = gather(

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: building the parser must not import torch (`kbfuse verify-bundle` stays
     # a small process; tests/test_untrusted_bundle.py bounds its memory).
     from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
-    from kbfuse.candidates.spec import parse_task, task_of_file
+    from kbfuse.candidates.spec import candidate_name, parse_task, task_of_file
 
     candidate = Path(args.candidate)
     if args.task:
@@ -67,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         task_file = find_task_file(args.kernelbench, level, task)
         commit = checkout_commit(args.kernelbench)
-    out = Path(args.out) if args.out else Path("results/check") / f"{candidate.stem}.json"
+    out = (
+        Path(args.out) if args.out else Path("results/check") / f"{candidate_name(candidate)}.json"
+    )
     record = check_candidate(
         candidate,
         level,

@@ -3,6 +3,9 @@
 The task is named `LEVEL/TASK` ("2/53"), on the command line (`--task 2/53`) or, for a folder
 of candidates, in the candidate file itself: a line `# kbfuse-task: 2/53` among its first
 five lines (the Snakemake rule reads it; one task per file, no guessing from file names).
+The folder is scanned at every Snakemake start (`scan_folder`), so within bounds: regular
+files only (a FIFO or a link to /dev/zero is named, never opened), the head of each file
+only, names that can name a job and its files.
 
 Settings (config key `check:`, every key optional, defaults in DEFAULTS) are checked here,
 each bad value named by key, before any child process starts.
@@ -17,11 +20,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kbfuse import untrusted
 from kbfuse.errors import KbfuseError
 from kbfuse.timing.measure import int_at_least
 
 TASK_LINE = re.compile(r"^#\s*kbfuse-task:\s*(\S+)\s*$")
 TASK_LINE_SEARCH = 5
+HEAD_BYTES = 64 << 10  # the task line is looked for in this much of the file's start
+CANDIDATE_BYTES = 16 << 20  # a candidate file larger than this is refused
+MAX_NAME = 100
+CANDIDATE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}")
+MAX_CANDIDATES = 10_000
 BASELINES = ("eager", "torchscript", "inductor")
 LEVELS = (2,)
 # kbfuse.tasks.inputs.DISTRIBUTIONS, restated so that reading the settings (at every Snakemake
@@ -77,18 +86,45 @@ def parse_task(text: Any, where: str = "--task") -> tuple[int, int]:
 
 
 def task_of_file(path: str | Path) -> tuple[int, int]:
-    """The `# kbfuse-task: L/T` line of a candidate file; KbfuseError when it has none."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if number > TASK_LINE_SEARCH:
-                break
-            match = TASK_LINE.match(line.strip())
-            if match:
-                return parse_task(match.group(1), f"{path} line {number}")
+    """The `# kbfuse-task: L/T` line of a candidate file; KbfuseError when it has none, or when
+    the file is not a regular file (a link to one is read; a FIFO, a device or a link to one
+    is refused unopened) of at most CANDIDATE_BYTES."""
+    st = untrusted.regular_file(path, follow=True)
+    if st.st_size > CANDIDATE_BYTES:
+        raise KbfuseError(f"{path} is {st.st_size} bytes, over {CANDIDATE_BYTES} for a candidate")
+    head = untrusted.read_head(path, HEAD_BYTES, follow=True).decode("utf-8", errors="replace")
+    for number, line in enumerate(head.splitlines()[:TASK_LINE_SEARCH], start=1):
+        match = TASK_LINE.match(line.strip())
+        if match:
+            return parse_task(match.group(1), f"{path} line {number}")
     raise KbfuseError(
         f"{path} names no task: put a line '# kbfuse-task: 2/53' among its first "
         f"{TASK_LINE_SEARCH} lines"
     )
+
+
+def candidate_name(path: Path) -> str:
+    """The name of a candidate file (its stem), which names its job, its verdict and its
+    logs; KbfuseError unless it is CANDIDATE_NAME (no wildcard or regex characters such as
+    `[`, `+` or `{}`, and short enough for every file name made from it)."""
+    if not CANDIDATE_NAME.fullmatch(path.stem):
+        raise KbfuseError(
+            f"candidate file {str(path)[:300]!r}: its name cannot name a job and its files: use "
+            f"letters, digits, '_', '-' and '.', starting with a letter or digit, at most "
+            f"{MAX_NAME} characters before .py"
+        )
+    return path.stem
+
+
+def scan_folder(folder: str | Path) -> dict[str, tuple[int, int]]:
+    """{candidate name: (level, task)} of every `*.py` of a check folder (see task_of_file
+    and candidate_name), read within bounds: this runs at every Snakemake start."""
+    found: dict[str, tuple[int, int]] = {}
+    for count, path in enumerate(sorted(Path(folder).glob("*.py")), start=1):
+        if count > MAX_CANDIDATES:
+            raise KbfuseError(f"check folder {folder} holds more than {MAX_CANDIDATES} *.py files")
+        found[candidate_name(path)] = task_of_file(path)
+    return found
 
 
 def _positive_number(value: Any, key: str) -> float:
@@ -127,8 +163,8 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
     if given is not None and not isinstance(given, Mapping):
         raise KbfuseError(f"check is {given!r}: it must be a mapping")
     s = _merge(DEFAULTS, given or {}, "check")
-    if not isinstance(s["folder"], str) or not s["folder"]:
-        raise KbfuseError(f"check.folder is {s['folder']!r}: it must be a folder path")
+    if not isinstance(s["folder"], str) or not s["folder"] or set("{}") & set(s["folder"]):
+        raise KbfuseError(f"check.folder is {s['folder']!r}: it must be a folder path (no braces)")
     if s["witness_cache"] is not None and not isinstance(s["witness_cache"], str):
         raise KbfuseError(f"check.witness_cache is {s['witness_cache']!r}: a folder or null")
     for key in ("in_manifest", "unsandboxed"):

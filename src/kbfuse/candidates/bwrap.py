@@ -140,9 +140,10 @@ def _inside(path: Path, folders: list[Path]) -> bool:
     return any(path == f or path.is_relative_to(f) for f in folders)
 
 
-def readable_paths(env: dict[str, str]) -> list[Path]:
+def readable_paths(env: dict[str, str], nested: bool = False) -> list[Path]:
     """The read-only paths of every child (see the module docstring), existing ones only, with
-    none that is `/` itself (that would show the whole machine)."""
+    none that is `/` itself (that would show the whole machine), parents first; a path inside
+    another one of them only with `nested`."""
     candidates = [*SYSTEM, sys.prefix, sys.base_prefix, sys.exec_prefix]
     candidates.append(str(Path(os.path.realpath(sys.executable)).parent.parent))
     candidates.append(str(Path(kbfuse.__file__).resolve().parent.parent))
@@ -161,6 +162,8 @@ def readable_paths(env: dict[str, str]) -> list[Path]:
             if real != Path("/"):
                 found.append(real)
     found = sorted(set(found), key=lambda p: (len(p.parts), str(p)))
+    if nested:
+        return found
     kept: list[Path] = []
     for path in found:  # a path inside another one is bound with it
         if not any(path.is_relative_to(k) for k in kept):
@@ -191,12 +194,11 @@ def arguments(bwrap: str, view: View, env: dict[str, str], info_fd: int) -> list
     readable = [p for p in readable_paths(env) if not _inside(p, own)]
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
-    hidden = [Path(p) for p in view.hidden]
-    for path in hidden:
-        if _inside(path, readable):
-            args += ["--tmpfs", str(path)]
-    for path in readable:  # what a tmpfs above just covered, shown again
-        if any(path != h and path.is_relative_to(h) for h in hidden):
+    covered = [Path(p) for p in view.hidden if _inside(Path(p), readable)]
+    for path in covered:
+        args += ["--tmpfs", str(path)]
+    for path in readable_paths(env, nested=True):  # what a tmpfs above covered, shown again
+        if not _inside(path, own) and any(path != h and path.is_relative_to(h) for h in covered):
             args += ["--ro-bind", str(path), str(path)]
     if view.gpu:
         args += _gpu_args()

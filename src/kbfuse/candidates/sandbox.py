@@ -238,6 +238,15 @@ def _wait_until_stopped(processes, limit_s: float = 2.0) -> None:
 # ------------------------------------------------------------------ the GPU handoff
 
 
+def _create(path: Path) -> None:
+    """Create an empty file where the child may have put anything: a link there is removed,
+    never followed (the parent would otherwise create or touch the file it points to)."""
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+        path.unlink()
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+
+
 class Handoff:
     """The parent's side of the child's one request to have the GPU alone. `lock` is a
     gpulock.GpuLock (or anything with `shared()` and `alone()` context managers); the child
@@ -277,8 +286,7 @@ class Handoff:
         try:
             self._stack.close()
             self._stack.enter_context(self.lock.alone())
-            with contextlib.suppress(OSError):
-                self.granted.touch()
+            _create(self.granted)
         finally:
             self.processes.signal(signal.SIGCONT)
 

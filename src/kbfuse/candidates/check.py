@@ -141,8 +141,9 @@ def _reference_cases(planned: list[dict], out: Path, folder: Path) -> list[dict]
     """The planned cases with the reference's names of the parameters it changed; KbfuseError
     when the reference's cases are not the plan."""
     cases = readback.read_json(out / "cases.json", folder)
-    names = [c.get("name") for c in cases] if isinstance(cases, list) else None
-    if names != [c["name"] for c in planned] or not all(isinstance(c, dict) for c in cases):
+    readable = isinstance(cases, list) and all(isinstance(c, dict) for c in cases)
+    names = [c.get("name") for c in cases] if readable else None
+    if names != [c["name"] for c in planned]:
         raise KbfuseError(f"the reference process's cases {names} are not the plan")
     merged = []
     for mine, theirs in zip(planned, cases, strict=True):

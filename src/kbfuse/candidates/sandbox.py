@@ -97,6 +97,10 @@ class Outcome:
 # ------------------------------------------------------------------ the processes of a child
 
 
+def _all_pids() -> list[str]:
+    return [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+
+
 def _stat_fields(pid: str) -> list[bytes] | None:
     """/proc/PID/stat's fields after the command name (state first), or None when gone."""
     try:
@@ -122,11 +126,10 @@ class Group:
 
     def stats(self) -> list[list[bytes]]:
         found = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                fields = _stat_fields(entry.name)
-                if fields is not None and int(fields[2]) == self.leader:
-                    found.append(fields)
+        for pid in _all_pids():
+            fields = _stat_fields(pid)
+            if fields is not None and int(fields[2]) == self.leader:
+                found.append(fields)
         return found
 
     def signal(self, signum: int) -> None:
@@ -178,16 +181,18 @@ class Sandboxed:
             self.init = pid
 
     def members(self) -> list[str]:
+        """Every process of the pid namespace (a scan of /proc: the kernels kbfuse runs on
+        have no /proc/PID/task/TID/children to walk the init's descendants)."""
         self._read_info()
         if self.namespace is None:
             return []
-        found = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{entry.name}/ns/pid") == self.namespace:
-                        found.append(entry.name)
-        return found
+        return [pid for pid in _all_pids() if self._inside(pid)]
+
+    def _inside(self, pid: str) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") == self.namespace
+        except OSError:
+            return False
 
     def stats(self) -> list[list[bytes]]:
         return [f for f in map(_stat_fields, self.members()) if f is not None]
@@ -202,8 +207,8 @@ class Sandboxed:
         if proc.poll() is None:
             self._read_info()
             if self.init is not None:
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{self.init}/ns/pid") == self.namespace:
+                if self._inside(str(self.init)):
+                    with contextlib.suppress(OSError):
                         os.kill(self.init, signal.SIGKILL)
             else:
                 proc.kill()  # not started yet: --die-with-parent takes the rest down

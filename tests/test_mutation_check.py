@@ -53,9 +53,9 @@ class Children:
     returns the reference's outputs changed by `change` (and leaves `report`), a witness that
     leaves `witness`. Records every call (role, request, view, binary, env)."""
 
-    def __init__(self, change=None, report=GOOD_REPORT, witness=None, outcome=None):
+    def __init__(self, change=None, report=GOOD_REPORT, witness=None, outcome=None, after=None):
         self.change, self.report, self.witness = change, report, witness
-        self.outcome = outcome or {}
+        self.outcome, self.after = outcome or {}, after or {}
         self.calls: list[dict] = []
 
     def __call__(self, role, request_path, view, limits, log, binary, env=None, handoff=None):
@@ -72,6 +72,8 @@ class Children:
             self._candidate(request, out)
         elif self.witness is not None:
             (out / "witness.json").write_text(json.dumps(self.witness))
+        if role in self.after:
+            self.after[role](out)
         status, code = self.outcome.get(role, ("exited", 0))
         return Outcome(role, status, code, 0.5, 10.0, f"{role} log")
 
@@ -424,3 +426,141 @@ def test_the_record_names_what_is_self_reported(tmp_path, children):
     record = judge(tmp_path)
     assert record["self_reported"] == evidence.SELF_REPORTED
     assert set(record["self_reported"]["checks"]) <= set(verdict.CHECKS)
+
+
+# ---------------------------------------------------------------- what mutation testing found open
+
+
+def _error(out: Path) -> None:
+    (out / "error.json").write_text(json.dumps({"error": "ImportError", "message": "no task"}))
+
+
+def test_a_reference_that_exits_with_an_error_is_named_with_it(tmp_path, children):
+    children(change=same, outcome={"reference": ("exited", 1)}, after={"reference": _error})
+    with pytest.raises(
+        KbfuseError,
+        match=r"the reference process for \S+task53_small\.py failed \(exited, exit 1\): "
+        r"ImportError: no task; log: \S+mine\.reference\.log$",
+    ):
+        judge(tmp_path)
+
+
+def test_a_reference_killed_with_status_zero_is_still_a_failure(tmp_path, children):
+    children(change=same, outcome={"reference": ("memory_limit", 0)})
+    with pytest.raises(KbfuseError, match=r"failed \(memory_limit, exit 0\): None: None"):
+        judge(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["cases.json", "reference.json"])
+def test_a_reference_record_that_is_a_link_is_refused(tmp_path, children, name):
+    def link(out: Path) -> None:
+        elsewhere = out.parent / f"elsewhere-{name}"
+        (out / name).rename(elsewhere)
+        (out / name).symlink_to(elsewhere)
+
+    children(change=same, after={"reference": link})
+    with pytest.raises(KbfuseError, match=rf"{name} is a symbolic link, not a regular file"):
+        judge(tmp_path)
+
+
+def test_the_trivial_status_and_the_task_come_from_the_reference_and_the_file(tmp_path, children):
+    children(change=same)
+    record = judge(tmp_path, commit="c" * 40)
+    assert record["trivial_source"] == "computed by the reference process"
+    assert record["trivial"]["zeros"] == {"applicable": True, "passes": False}
+    assert record["trivial"]["compared"].startswith("official_0")
+    assert record["task"] == {
+        "level": 2,
+        "task": 53,
+        "file": "task53_small.py",
+        "sha256": check.sha256_file(TASK53),
+        "commit": "c" * 40,
+    }
+    assert record["candidate"]["file"] == "mine.py"
+    assert record["environment"]["device"] == "cpu"
+
+
+def test_a_survey_record_gives_the_trivial_status(tmp_path, children):
+    children(change=same)
+    survey = tmp_path / "53.json"
+    spots = {"zeros": {"passes": True}, "mean_constant": {"passes": False}}
+    survey.write_text(json.dumps({"blind_spots": spots, "blind_spot": True}))
+    record = judge(tmp_path, survey=survey)
+    assert record["trivial_source"] == "survey record 53.json"
+    assert "blind_spot" in record["findings"]
+
+
+def test_without_a_usable_report_missing_outputs_are_not_counted(tmp_path, children):
+    children(change=None, report=None)
+    record = judge(tmp_path)
+    assert record["correctness"]["cases"] == {}
+    assert record["report_problem"] == "runner.json was not written"
+    assert record["failed_checks"] == ["build"]
+
+
+def test_a_weights_case_the_report_skips_is_not_applicable(tmp_path, children):
+    report = {**GOOD_REPORT, "skipped_cases": {"weights": "named differently"}}
+    children(change=lambda value, name: None if name == "weights" else value, report=report)
+    record = judge(tmp_path)
+    assert record["checks"]["changed_weights"] == {
+        "status": "not_applicable",
+        "detail": "named differently",
+    }
+    assert "weights" not in record["correctness"]["cases"]
+    assert record["verdict"] == "pass"
+
+
+def test_a_reference_larger_than_the_memory_limit_is_refused(tmp_path, children, monkeypatch):
+    children(change=same)
+    original = check.evidence.compare_all
+
+    def spy(cases, reference, candidate, tolerance, reference_limit, expected, skipped=None):
+        spy.limit = reference_limit
+        return original(cases, reference, candidate, tolerance, reference_limit, expected, skipped)
+
+    monkeypatch.setattr(check.evidence, "compare_all", spy)
+    judge(tmp_path, {"memory_limit_mb": 300})
+    assert spy.limit == 300 << 20
+
+
+def test_with_a_gpu_lock_the_candidate_gets_the_handoff_and_the_reference_shares(
+    tmp_path, children
+):
+    held = []
+
+    class Lock:
+        path = tmp_path / "locks" / "kbfuse-gpu-x.lock"
+
+        def shared(self):
+            held.append("shared")
+            return check.contextlib.nullcontext()
+
+        def alone(self):
+            held.append("alone")
+            return check.contextlib.nullcontext()
+
+    fake = children(change=same)
+    judge(tmp_path, lock=Lock())
+    assert held == ["shared"]  # the reference; the candidate's hold is its Handoff's
+    cand = fake.calls[1]
+    folder = cand["view"].folder
+    assert cand["request"]["handoff"] == {
+        "request": str(folder / "alone.request"),
+        "granted": str(folder / "alone.granted"),
+    }
+    assert tmp_path / "locks" in cand["view"].hidden
+
+
+def test_on_a_gpu_every_child_is_shown_the_device(tmp_path, monkeypatch):
+    fake = Children(change=None, report=None, witness=[])
+    monkeypatch.setattr(check, "run_child", fake)
+    scratch = _scratch(tmp_path)
+    outcome = scratch.child("witness", {"builds": []}, tmp_path / "w.log", env={"A": "1"})
+    call = fake.calls[0]
+    assert outcome.role == "witness" and call["env"] == {"A": "1"}
+    assert call["view"].gpu is True and call["view"].hidden == (tmp_path / "hidden",)
+    assert call["view"].writable == () and call["view"].readable == ()
+    cpu = _scratch(tmp_path / "cpu", "cpu")
+    (tmp_path / "cpu").mkdir()
+    cpu.child("witness", {"builds": []}, tmp_path / "w2.log")
+    assert fake.calls[1]["view"].gpu is False

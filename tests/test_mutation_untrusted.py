@@ -349,3 +349,144 @@ def test_a_summary_keeps_its_cases_and_capture_and_the_largest_gated_ratio():
     assert result["summary"]["cases"] == 2
     assert result["gated_max_ratio_official"] == pytest.approx(0.75, rel=1e-3)
     assert result["passed"] is True and result["failing_checks"] == []
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def f32(*values):
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_a_case_record_names_every_problem_before_comparing():
+    from kbfuse.candidates import compare
+
+    ref = f32(1.0, 2.0, 3.0)
+    assert compare.compare_case(ref, [1.0], 0.1, 0.1) == {
+        "numel": 3,
+        "problem": "output is list",
+        "official_pass": False,
+    }
+    assert compare.compare_case("x", [1.0], 0.1, 0.1)["numel"] == 0
+    wide = compare.compare_case(ref, ref.double(), 0.1, 0.1)
+    assert wide == {
+        "numel": 3,
+        "problem": "dtype torch.float64, expected torch.float32",
+        "official_pass": False,
+    }
+    assert compare.compare_case(ref.double(), ref, 0.1, 0.1)["problem"] == (
+        "dtype torch.float32, expected torch.float64"
+    )
+    assert compare.compare_case(ref, f32(1.0, 2.0), 0.1, 0.1)["problem"] == (
+        "shape [2], expected [3]"
+    )
+
+
+def test_a_case_record_counts_non_finite_outputs_and_the_largest_finite_error():
+    from kbfuse.candidates import compare
+
+    ref = f32(1.0, 2.0, 3.0, 4.0)
+    cand = f32(1.0, float("inf"), float("nan"), 4.25)
+    record = compare.compare_case(ref, cand, 0.5, 0.0)
+    assert record["problem"] is None and record["numel"] == 4
+    assert record["nonfinite_candidate"] == 2
+    assert record["max_abs"] == 0.25  # inf and nan are left out of the largest error
+    assert record["bit_equal"] == 1 and record["bit_identical"] is False
+    assert record["official_pass"] is False  # allclose fails on inf and nan
+    only_inf = compare.compare_case(f32(1.0), f32(float("inf")), 0.5, 0.0)
+    assert only_inf["max_abs"] == 0.0 and only_inf["nonfinite_candidate"] == 1
+    empty = compare.compare_case(f32(), f32(), 0.0, 0.0)
+    assert empty["bit_identical"] is True and empty["max_ulps"] == 0 and empty["max_abs"] == 0.0
+
+
+def test_ulps_order_negative_floats_below_positive_ones():
+    from kbfuse.candidates import compare
+
+    bits = compare.ordered_bits(f32(-2.0, -1.0, -0.0, 0.0, 1.0, 2.0))
+    assert bits.tolist() == sorted(bits.tolist())
+    assert bits[2] == bits[3] == 0
+    assert bits[1] == -bits[4]
+    assert compare.max_ulps(f32(-1.0), f32(1.0)) == 2 * int(bits[4])
+    assert compare.max_ulps(f32(1.0, float("nan")), f32(1.0, 5.0)) == compare.NAN_ULPS
+    assert compare.max_ulps(f32(float("nan")), f32(float("nan"))) == 0
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def test_the_contract_reads_ninja_over_the_asked_flags_and_adds_cupy_and_triton():
+    runner = {
+        "builds": [
+            {
+                "route": "torch.utils.cpp_extension.load_inline",
+                "extra_cuda_cflags": ["--use_fast_math"],
+                "extra_cflags": ["-ffast-math"],
+            },
+            {"route": "cupy.RawKernel", "options": ["-O3"], "implicit_options": ["-ftz=true"]},
+        ],
+        "ninja": [{"extension": "x", "cuda_flags": ["--fmad=false"], "host_flags": ["-Ofast"]}],
+        "triton": True,
+    }
+    found = evidence.contract(runner, None)
+    assert found["routes"] == ["cupy.RawKernel", "torch.utils.cpp_extension.load_inline", "triton"]
+    implies = found["implies"]
+    assert implies["use_fast_math"] is False  # build.ninja holds what nvcc got, not the ask
+    assert implies["ftz"] is True and implies["fmad"] is False  # CuPy's -ftz=true; ninja's
+    assert implies["host_fast_math"] == ["-Ofast"]
+    assert found["builds"] == runner["builds"] and found["ninja"] == runner["ninja"]
+    assert found["witness"] is None and found["effective_ftz"] is None
+    asked = evidence.contract({"builds": runner["builds"][:1]}, [])
+    assert asked["implies"]["use_fast_math"] is True
+    assert asked["implies"]["host_fast_math"] == ["-ffast-math"]
+    assert asked["routes"] == ["torch.utils.cpp_extension.load_inline"]
+
+
+def test_witness_builds_keep_each_flag_set_once_in_order():
+    load = "torch.utils.cpp_extension.load"
+    builds = [
+        {"route": "cupy.RawModule", "options": ["-O3"], "implicit_options": []},
+        {"route": load, "extra_cuda_cflags": ["-O2"], "extra_cflags": []},
+        {"route": "cupy.RawKernel", "options": ["-O3"], "implicit_options": ["-ftz=true"]},
+        {"route": load, "extra_cuda_cflags": ["-O2"], "extra_cflags": ["-g"]},
+        {"route": "cupy.RawKernel", "implicit_options": []},
+    ]
+    assert evidence.witness_builds({"builds": builds}) == [
+        {"route": "cupy", "options": ["-O3"]},
+        {"route": "load_inline", "flags": ["-O2"]},
+        {"route": "cupy", "options": []},
+    ]
+
+
+def test_an_output_the_parent_refuses_is_a_failing_case_naming_why(tmp_path):
+    folder = tmp_path / "candidate"
+    (folder / "out").mkdir(parents=True)
+    fifo = folder / "out" / "a.pt"
+    os.mkfifo(fifo)
+    record, printed = evidence._compare_one(f32(1.0, 2.0), fifo, folder, (0.1, 0.1), 100)
+    assert printed is None
+    assert record == {
+        "numel": 2,
+        "problem": f"output not read: {fifo} is a FIFO, not a regular file; not read",
+        "official_pass": False,
+    }
+    missing, _ = evidence._compare_one(f32(1.0), folder / "out" / "b.pt", folder, (0, 0), 100)
+    assert missing == {"numel": 1, "problem": evidence.NO_OUTPUT, "official_pass": False}
+    good = folder / "out" / "c.pt"
+    torch.save(f32(1.0, 2.0), good)
+    record, printed = evidence._compare_one(f32(1.0, 2.0), good, folder, (0, 0), 10_000)
+    assert record["official_pass"] is True and record["bit_identical"] is True
+    from kbfuse.candidates import compare
+
+    assert printed == compare.fingerprint(f32(1.0, 2.0))
+
+
+def test_the_environment_names_the_gpu_and_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: f"GPU{index}")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert evidence._environment("cuda") == {
+        "torch": torch.__version__,
+        "device": "cuda",
+        "device_name": "GPU0",
+        "cuda": "13.0",
+    }
+    assert evidence._environment("cpu") == {"torch": torch.__version__, "device": "cpu"}

@@ -49,6 +49,8 @@ WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles
 SLOW_MODULES = {
     "test_bad_inputs",
     "test_check_candidates",
+    "test_check_escapes",
+    "test_check_hostile",
     "test_check_workflow",
     "test_concurrency",
     "test_gpu_job_startup",

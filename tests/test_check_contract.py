@@ -9,7 +9,7 @@ import time
 import pytest
 import torch.utils.cpp_extension as ext
 
-from kbfuse.candidates import capture, check, timing
+from kbfuse.candidates import capture, evidence, timing
 
 
 @pytest.fixture
@@ -66,12 +66,12 @@ def test_witness_measures_each_distinct_flag_set_once():
             {"route": "cupy.RawModule", "options": ["--std=c++11"], "implicit_options": []},
         ]
     }
-    assert check.witness_builds(runner) == [
+    assert evidence.witness_builds(runner) == [
         {"route": "load_inline", "flags": ["--fmad=false"]},
         {"route": "load_inline", "flags": ["--use_fast_math"]},
         {"route": "cupy", "options": ["--std=c++11"]},
     ]
-    assert check.witness_builds({}) == []
+    assert evidence.witness_builds({}) == []
 
 
 def test_contract_reads_the_flags_nvcc_got_and_the_witness():
@@ -87,7 +87,7 @@ def test_contract_reads_the_flags_nvcc_got_and_the_witness():
         {"route": "load_inline", "flags": ["--use_fast_math"], "output": 0.0, "effective_ftz": True}
     ]
     runner = {"builds": [torch_build(["--use_fast_math"])], "ninja": ninja}
-    contract = check.contract(runner, witness)
+    contract = evidence.contract(runner, witness)
     assert contract["routes"] == ["torch.utils.cpp_extension.load_inline"]
     assert contract["implies"]["use_fast_math"] is True and contract["implies"]["ftz"] is True
     assert contract["effective_ftz"] is True
@@ -105,7 +105,7 @@ def test_contract_falls_back_to_the_asked_flags_and_adds_cupys_ftz():
         ],
         "triton": True,
     }
-    contract = check.contract(runner, None)
+    contract = evidence.contract(runner, None)
     assert contract["routes"] == [
         "cupy.RawModule",
         "torch.utils.cpp_extension.load_inline",
@@ -114,7 +114,7 @@ def test_contract_falls_back_to_the_asked_flags_and_adds_cupys_ftz():
     assert contract["implies"]["fmad"] is False
     assert contract["implies"]["ftz"] is True  # CuPy's own -ftz=true
     assert contract["effective_ftz"] is None  # nothing measured
-    plain = check.contract({}, [{"effective_ftz": None}])
+    plain = evidence.contract({}, [{"effective_ftz": None}])
     assert plain["routes"] == [] and plain["effective_ftz"] is None
 
 

@@ -30,7 +30,7 @@ SETTINGS = {
 
 def _candidate_process_states(root: Path) -> list[str]:
     """The state letter (/proc/PID/stat) of every candidate child process working under
-    `root` (not another test's, running beside this one)."""
+    `root` (not another test's, running beside this one), bwrap's own processes left out."""
     states = []
     for proc in Path("/proc").iterdir():
         try:
@@ -39,7 +39,8 @@ def _candidate_process_states(root: Path) -> list[str]:
             stat = (proc / "stat").read_text()
         except OSError:
             continue
-        child = b"kbfuse.candidates.child" in command and b"candidate" in command
+        sandbox = command[0].endswith(b"bwrap")  # bwrap itself, outside and as init inside
+        child = b"kbfuse.candidates.child" in command and b"candidate" in command and not sandbox
         if child and cwd.is_relative_to(root):
             states.append(stat.rsplit(")", 1)[1].split()[0])
     return states

@@ -254,13 +254,29 @@ def test_cached_calls_need_equal_outputs_and_different_references():
         {"name": "b", "instance": "i"},
         {"name": "c", "instance": "j"},
     ]
-    refs = {"a": f32(1.0), "b": f32(2.0), "c": f32(1.0)}
-    assert compare.cached_calls(cases, refs, {"a": f32(1.0), "b": f32(1.0), "c": f32(1.0)}) == [
-        ["a", "b"]
-    ]
-    assert compare.cached_calls(cases, refs, {"a": f32(1.0), "b": f32(2.0), "c": f32(1.0)}) == []
-    same_refs = {"a": f32(1.0), "b": f32(1.0), "c": f32(1.0)}
-    assert compare.cached_calls(cases, same_refs, {"a": f32(1.0), "b": f32(1.0)}) == []
+
+    def prints(**values):
+        return {k: compare.fingerprint(v) for k, v in values.items()}
+
+    refs = prints(a=f32(1.0), b=f32(2.0), c=f32(1.0))
+    cached = prints(a=f32(1.0), b=f32(1.0), c=f32(1.0))
+    assert compare.cached_calls(cases, refs, cached) == [["a", "b"]]
+    following = prints(a=f32(1.0), b=f32(2.0), c=f32(1.0))
+    assert compare.cached_calls(cases, refs, following) == []
+    same_refs = prints(a=f32(1.0), b=f32(1.0), c=f32(1.0))
+    assert compare.cached_calls(cases, same_refs, prints(a=f32(1.0), b=f32(1.0))) == []
+    # outputs that are no tensor at all are never taken for a cached pair
+    assert compare.cached_calls(cases, refs, {"a": None, "b": None}) == []
+
+
+def test_fingerprints_differ_in_bits_shape_and_dtype_only():
+    assert compare.fingerprint(f32(1.0, 2.0)) == compare.fingerprint(f32(1.0, 2.0))
+    assert compare.fingerprint(f32(0.0)) != compare.fingerprint(f32(-0.0))
+    assert compare.fingerprint(f32(1.0, 2.0)) != compare.fingerprint(f32(1.0, 2.0).reshape(2, 1))
+    zeros = torch.zeros(2, dtype=torch.int32)
+    assert compare.fingerprint(f32(0.0, 0.0)) != compare.fingerprint(zeros)
+    assert compare.fingerprint(f32(1.0, 2.0, 3.0)[::2]) == compare.fingerprint(f32(1.0, 3.0))
+    assert compare.fingerprint([1.0]) is None
 
 
 # --------------------------------------------------------------------------- verdict
@@ -371,7 +387,7 @@ def test_witness_classifies_flushed_kept_and_broken_outputs():
 
 
 def test_trivial_status_comes_from_the_survey_record_when_there_is_one(tmp_path):
-    from kbfuse.candidates.check import trivial_status
+    from kbfuse.candidates.evidence import trivial_status
 
     computed = {"trivial": {"zeros": {"applicable": True, "passes": False}, "blind_spot": False}}
     survey = tmp_path / "23.json"

@@ -73,6 +73,10 @@ def test_the_summary_lists_every_candidate_with_its_verdict(corpus):
     assert sorted(Path(f).stem for f in table["candidate"]) == stems
     passing = {Path(f).stem for f in table.loc[table["verdict"] == "pass", "candidate"]}
     assert passing == {*OWN, "fastmath_81"}
+    for stem in stems:  # every child of every check ran in the bubblewrap sandbox
+        record = verdict_of(stem, corpus)
+        assert record["sandbox"]["used"] == "bwrap", stem
+        assert record["processes"]["candidate"]["sandbox"] == "bwrap", stem
     assert (corpus / "results" / "check" / "summary" / "speedup.png").stat().st_size > 1000
 
 
@@ -130,6 +134,7 @@ def test_a_wrong_kernel_fails_on_values(corpus):
 
 def test_zeros_pass_kernelbenchs_check_on_task_23_and_fail_here(corpus):
     record = verdict_of("zeros_23", corpus)
+    assert record["verdict"] == "fail"
     assert record["checks"]["official"]["status"] == "pass"
     assert record["trivial"]["zeros"]["passes"] is True
     assert "blind_spot" in record["findings"]
@@ -138,6 +143,7 @@ def test_zeros_pass_kernelbenchs_check_on_task_23_and_fail_here(corpus):
 
 def test_a_caching_candidate_fails_on_changed_inputs(corpus):
     record = verdict_of("caching_53", corpus)
+    assert record["verdict"] == "fail"
     assert "input_independent" in record["failed_checks"]
     assert "official" in record["failed_checks"]
     assert record["correctness"]["cases"]["official_0"]["bit_identical"] is True
@@ -145,6 +151,7 @@ def test_a_caching_candidate_fails_on_changed_inputs(corpus):
 
 def test_side_stream_work_is_found_by_the_profiler(corpus):
     record = verdict_of("side_stream_53", corpus)
+    assert record["verdict"] == "fail"
     assert record["checks"]["official"]["status"] == "pass"
     assert "side_stream" in record["failed_checks"]
     side = record["guards"]["side_stream"]
@@ -154,12 +161,12 @@ def test_side_stream_work_is_found_by_the_profiler(corpus):
 
 def test_a_lazy_result_is_named(corpus):
     record = verdict_of("lazy_53", corpus)
-    assert record["failed_checks"] == ["lazy_result"]
+    assert record["verdict"] == "fail" and record["failed_checks"] == ["lazy_result"]
 
 
 def test_a_patched_event_timer_is_named_and_does_not_change_the_figures(corpus):
     record = verdict_of("timer_patch_53", corpus)
-    assert record["failed_checks"] == ["timer_patched"]
+    assert record["verdict"] == "fail" and record["failed_checks"] == ["timer_patched"]
     assert record["guards"]["patched"]["after_import"] == ["torch.cuda.Event.elapsed_time"]
     samples = record["timing"]["events"]["candidate"]["samples_ms"]
     assert min(samples) > 0.001  # the patch returns 0.001 ms; kbfuse's clock is the original

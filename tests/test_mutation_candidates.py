@@ -311,8 +311,9 @@ def test_a_process_that_exits_before_building_fails_the_build():
 # --------------------------------------------------------------------------- findings
 
 
-def record(trivial=None, cases=None, fast=False, ftz=False, effective=False) -> dict:
+def record(trivial=None, cases=None, fast=False, ftz=False, effective=False, used="bwrap"):
     return {
+        "sandbox": {"used": used, "version": None},
         "trivial": trivial,
         "correctness": {"cases": cases or {"a": {"problem": None, "bit_identical": True}}},
         "contract": {"implies": {"use_fast_math": fast, "ftz": ftz}, "effective_ftz": effective},
@@ -330,6 +331,8 @@ def test_every_finding_is_named_in_order():
         record({"blind_spot": True}, cases, fast=True, ftz=True, effective=True)
     )
     assert found == ["blind_spot", "not_bit_identical", "fast_math", "ftz", "ftz_effective"]
+    unsandboxed = verdict.findings(record(cases=cases, fast=True, used="none"))
+    assert unsandboxed == ["not_bit_identical", "unsandboxed", "fast_math"]
 
 
 def test_a_case_with_a_problem_is_not_a_bit_finding():

@@ -106,13 +106,13 @@ def test_verification_hashes_only_the_files_the_manifest_lists(results, tmp_path
     out = tmp_path / "manifest.json"
     m.build_manifest(root, [root / "verify/53.json"], config, out)
     hashed = []
-    record = m.file_record
+    record = m.found_record
 
-    def spy(path):
+    def spy(path, expected_bytes, limit):
         hashed.append(path.relative_to(root).as_posix())
-        return record(path)
+        return record(path, expected_bytes, limit)
 
-    monkeypatch.setattr(m, "file_record", spy)
+    monkeypatch.setattr(m, "found_record", spy)
     report = m.verify_manifest(root, out)
     assert sorted(hashed) == [m.FINGERPRINT, m.PIN, "verify/53.json"]
     assert m.CHECKOUT_PIN in report["extra"] and "verify/53.json" not in report["extra"]

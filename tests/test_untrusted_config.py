@@ -140,6 +140,7 @@ OVERRIDES = [
     ),
     ("check.folder", "check={folder: mine}", ("check", "folder"), "mine"),
     ("check.in_manifest", "check={in_manifest: true}", ("check", "in_manifest"), True),
+    ("check.unsandboxed", "check={unsandboxed: true}", ("check", "unsandboxed"), True),
     ("check.witness_cache", "check={witness_cache: wc}", ("check", "witness_cache"), "wc"),
     ("check.time_limit_s", "check={time_limit_s: 30}", ("check", "time_limit_s"), 30),
     ("check.memory_limit_mb", "check={memory_limit_mb: 512}", ("check", "memory_limit_mb"), 512),

@@ -2,7 +2,8 @@
 # One call on the offline GPU machine (see docs/device-runs.md): install kbfuse and the
 # carried Snakemake wheels, run the whole study against the carried KernelBench clone,
 # build the HTML report, run the GPU tests, and pack results and logs into $OUT.
-#   carry: .whl (the Snakemake wheels), .kb (a clone of KernelBench at the pin), .nvrtc12
+#   carry: .whl (the Snakemake wheels), .kb (a clone of KernelBench at the pin), .nvrtc12,
+#   .bwrap (bubblewrap for kbfuse check's sandbox, as Debian .debs: see below)
 #   usage: bash tools/h200-run.sh MODES [pytest paths...], MODES a comma-separated list of
 #   study: the study (--cores $STUDY_CORES, default every core) and its HTML report; benchmarks: the benchmarks that read the study's
 #   results (tail roofline, dry-run overhead, ncu of the tails); tests: the GPU tests (with a
@@ -48,6 +49,18 @@ fi
 if [ -d .nvrtc12 ]; then
   mkdir -p /tmp/nvrtc12 && for f in .nvrtc12/*.xz; do xz -dc "$f" > "/tmp/nvrtc12/$(basename "$f" .xz)"; done
   export KBFUSE_NVRTC_PATH=/tmp/nvrtc12
+fi
+# bubblewrap, the sandbox of kbfuse check (docs/check.md). The machine has no package index:
+# Debian's .debs travel in .bwrap/ (here: apt-get download bubblewrap libcap2 libselinux1
+# libpcre2-8-0) and are unpacked into a folder of their own, never into /; bwrap starts through
+# the dynamic loader with that folder's libraries, so nothing else sees them (KBFUSE_BWRAP).
+if [ -d .bwrap ] && ! command -v bwrap > /dev/null; then
+  rm -rf /tmp/bwrap && mkdir -p /tmp/bwrap && for f in .bwrap/*.deb; do dpkg -x "$f" /tmp/bwrap; done
+  libs=/tmp/bwrap/usr/lib/x86_64-linux-gnu:/tmp/bwrap/lib/x86_64-linux-gnu
+  printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path %s /tmp/bwrap/usr/bin/bwrap "$@"\n' \
+    "$libs" > /tmp/bwrap/bwrap && chmod +x /tmp/bwrap/bwrap
+  export KBFUSE_BWRAP=/tmp/bwrap/bwrap
+  "$KBFUSE_BWRAP" --version | tee -a "$OUT/phases.txt"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 

@@ -1,13 +1,15 @@
 # kbfuse check over a folder of candidates (docs/check.md): one job per candidate file, the
 # task read from its `# kbfuse-task: 2/53` line, the task file from the pinned checkout. The
-# check: settings and every candidate's task line are checked here, before any job runs.
+# check: settings, every candidate's name and task line are checked here, before any job runs.
+import re
+
 from kbfuse import layout
-from kbfuse.candidates.spec import check_settings, task_of_file
+from kbfuse.candidates.spec import check_settings, scan_folder
 
 try:
     CHECK = check_settings(config.get("check"))
     CHECK_FOLDER = Path(CHECK["folder"])
-    CANDIDATES = {p.stem: task_of_file(p) for p in sorted(CHECK_FOLDER.glob("*.py"))}
+    CANDIDATES = scan_folder(CHECK_FOLDER)
 except KbfuseError as exc:
     sys.exit(str(exc))
 # every candidates module and what they import (candidate children import theirs by name)
@@ -35,7 +37,7 @@ CHECK_IN_MANIFEST = CHECK_FILES if CHECK["in_manifest"] else []
 
 
 wildcard_constraints:
-    candidate="|".join(CANDIDATES) or "no-candidates",
+    candidate="|".join(map(re.escape, CANDIDATES)) or "no-candidates",
 
 
 rule check_candidate:

@@ -7,9 +7,11 @@ outside KernelBench, such as the CPU tests' tiny tasks). The judge's contract (t
 argument order, seed, trials) is the pinned evaluator's: read from the `--kernelbench`
 checkout's own source (kbfuse.tasks.evaluator), or from a written contract record
 (`--contract`, e.g. the workflow's results/kernelbench/contract.json). Settings come from the
-`check:` block
-of `--config` when given (config/config.yaml), else the defaults of kbfuse.candidates.spec.
-Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail.
+`check:` block of `--config` when given (config/config.yaml), else the defaults of
+kbfuse.candidates.spec; `--unsandboxed` runs the children without the bubblewrap sandbox (the
+verdict says so).
+Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail (or a
+problem named on stderr: no bwrap, a missing task file, a reference that fails).
 """
 
 from __future__ import annotations
@@ -37,16 +39,24 @@ def add_parser(sub) -> None:
     c.add_argument("--survey", help="the survey record of the task (its blind spots)")
     c.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
     c.add_argument("--keep-scratch", action="store_true", help="keep the scratch folder")
+    c.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="run the children without the bubblewrap sandbox (recorded in the verdict)",
+    )
     c.set_defaults(run=run)
 
 
-def _settings(config: str | None) -> dict | None:
-    if config is None:
-        return None
-    from kbfuse.workflow.config import read_config_file
+def _settings(config: str | None, unsandboxed: bool) -> dict | None:
+    settings = None
+    if config is not None:
+        from kbfuse.workflow.config import read_config_file
 
-    data = read_config_file(config) or {}
-    return data.get("check") if isinstance(data, dict) else None
+        data = read_config_file(config) or {}
+        settings = data.get("check") if isinstance(data, dict) else None
+    if unsandboxed:
+        settings = {**(settings or {}), "unsandboxed": True}
+    return settings
 
 
 def _contract(args: argparse.Namespace) -> dict:
@@ -62,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: building the parser must not import torch (`kbfuse verify-bundle` stays
     # a small process; tests/test_untrusted_bundle.py bounds its memory).
     from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
-    from kbfuse.candidates.spec import parse_task, task_of_file
+    from kbfuse.candidates.spec import candidate_name, parse_task, task_of_file
 
     candidate = Path(args.candidate)
     if args.task:
@@ -74,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         task_file = find_task_file(args.kernelbench, level, task)
         commit = checkout_commit(args.kernelbench)
-    out = Path(args.out) if args.out else Path("results/check") / f"{candidate.stem}.json"
+    out = (
+        Path(args.out) if args.out else Path("results/check") / f"{candidate_name(candidate)}.json"
+    )
     contract = _contract(args)
     record = check_candidate(
         candidate,
@@ -83,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         task_file,
         out,
         contract,
-        _settings(args.config),
+        _settings(args.config, args.unsandboxed),
         device=args.device,
         commit=commit,
         survey=args.survey,

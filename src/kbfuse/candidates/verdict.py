@@ -3,15 +3,17 @@
 `checks` maps each check to {status, detail}; status is "pass", "fail", "not_applicable"
 (nothing to check: no GPU for the stream guards, a candidate whose parameters are named
 differently for the in-place weight change) or "not_run" (an earlier stage failed). The
-verdict is "pass" when no check failed and every correctness check ran; `failed_checks` lists
-the failures by name. `findings` are named facts that do not fail a candidate but limit what a
+verdict is "pass" when no check failed and every check ran; `failed_checks` lists the failures
+by name. `findings` are named facts that do not fail a candidate but limit what a
 pass means:
 
   blind_spot        a trivial output (zeros, the mean) passes the official check on this task:
                     a pass proves little;
   not_bit_identical some case differs from eager in at least one bit;
   fast_math, ftz    the build flags imply fast math / flush-to-zero, or the witness built with
-                    those flags flushes on the device (`ftz_effective`).
+                    those flags flushes on the device (`ftz_effective`);
+  unsandboxed       the children ran without the sandbox (`--unsandboxed`): nothing kept the
+                    candidate from the reference's data, the verdict folder or the network.
 
 The record follows src/kbfuse/schemas/check_candidate.json (validated before it is written).
 """
@@ -27,7 +29,7 @@ from kbfuse.errors import KbfuseError
 from kbfuse.timing.measure import paired_ratios
 
 KIND = "check_candidate"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CORRECTNESS_CHECKS = (
     "official",
     "changed_weights",
@@ -140,8 +142,13 @@ def guard_checks(guards: Mapping | None, device: str) -> dict[str, dict]:
 
 
 def process_checks(
-    outcome: Mapping, failure: Mapping | None, stages_done: list[str]
+    outcome: Mapping,
+    failure: Mapping | None,
+    stages_done: list[str],
+    report_problem: str | None = None,
 ) -> dict[str, dict]:
+    """The process checks from the candidate process's outcome (the parent's) and its report
+    (self-reported: `failure`, `stages_done`; `report_problem` says why there is none)."""
     status = outcome["status"]
     checks = {
         "time_limit": _check("fail", f"killed after {outcome['wall_s']} s")
@@ -159,6 +166,8 @@ def process_checks(
         checks["runtime_error"] = _check("pass", "no exception after the build")
     if failure is not None and failure["stage"] == "build":
         checks["build"] = _check("fail", f"{failure['error']}: {failure['message']}")
+    elif report_problem is not None and status == "exited":
+        checks["build"] = _check("fail", f"no usable report from its process: {report_problem}")
     elif "build" in stages_done:
         checks["build"] = _check("pass", "imported and constructed")
     elif status != "exited":
@@ -205,6 +214,8 @@ def findings(record: Mapping) -> list[str]:
     cases = record["correctness"]["cases"]
     if any(c.get("problem") is None and not c.get("bit_identical") for c in cases.values()):
         found.append("not_bit_identical")
+    if record["sandbox"]["used"] == "none":
+        found.append("unsandboxed")
     contract = record["contract"]
     if contract["implies"]["use_fast_math"]:
         found.append("fast_math")
@@ -216,9 +227,13 @@ def findings(record: Mapping) -> list[str]:
 
 
 def decide(checks: Mapping[str, Mapping]) -> tuple[str, list[str]]:
+    """("pass", []) when no check failed, every check ran (a check is `not_run` only when
+    something before it failed or was never reported) and both value checks passed; else
+    "fail" and the failed checks in CHECKS order."""
     failed = [name for name in CHECKS if checks[name]["status"] == "fail"]
+    unrun = [name for name in CHECKS if checks[name]["status"] == "not_run"]
     missing = [n for n in ("official", "distributions") if checks[n]["status"] != "pass"]
-    return ("fail" if failed or missing else "pass"), failed
+    return ("fail" if failed or unrun or missing else "pass"), failed
 
 
 def schema() -> dict:
@@ -226,12 +241,29 @@ def schema() -> dict:
     return json.loads(text)
 
 
+def _first_error(validator, data) -> str | None:
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.path)))
+    if not errors:
+        return None
+    first = errors[0]
+    where = ".".join(map(str, first.absolute_path)) or "<top level>"
+    return f"field {where}: {first.message[:300]}"
+
+
 def validate(record: Mapping, label: str) -> None:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(record), key=lambda e: list(map(str, e.path)))
-    if errors:
-        first = errors[0]
-        where = ".".join(map(str, first.absolute_path)) or "<top level>"
-        raise KbfuseError(f"{label}: field {where}: {first.message[:300]}")
+    problem = _first_error(jsonschema.Draft202012Validator(schema()), record)
+    if problem is not None:
+        raise KbfuseError(f"{label}: {problem}")
+
+
+def runner_problem(report: Any) -> str | None:
+    """What is wrong with a candidate process's report (runner.json) against its schema
+    (check_candidate.json's $defs/runner), or None."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(
+        {"$ref": "#/$defs/runner", "$defs": schema()["$defs"]}
+    )
+    return _first_error(validator, report)

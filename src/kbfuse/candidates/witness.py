@@ -57,13 +57,18 @@ def classify(output: float) -> bool | None:
     return None
 
 
+def extension_name(flags: list[str]) -> str:
+    """The witness extension of one flag set (its build folder's name in the extensions
+    folder: the parent binds just these folders of a shared cache into the sandbox)."""
+    return "kbfuse_witness_" + hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:12]
+
+
 def _torch_witness(flags: list[str]) -> float:
     import torch
     from torch.utils.cpp_extension import load_inline
 
-    digest = hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:12]
     module = load_inline(
-        name=f"kbfuse_witness_{digest}",
+        name=extension_name(flags),
         cpp_sources="torch::Tensor witness(torch::Tensor x, double s);",
         cuda_sources=TORCH_SOURCE,
         functions=["witness"],

@@ -416,8 +416,13 @@ def format_report(report: dict[str, Any]) -> str:
         f"  files listed in manifest: {report['checked']}",
     ]
     for c in report["changed"]:
+        found = (
+            f"sha256 {c['actual_sha256']} ({c['actual_bytes']} bytes)"
+            if "not_hashed" not in c
+            else f"not hashed: {c['not_hashed']} ({c['actual_bytes']} bytes)"
+        )
         lines.append(
-            f"  CHANGED {c['path']}: sha256 {c['actual_sha256']} ({c['actual_bytes']} bytes), "
+            f"  CHANGED {c['path']}: {found}, "
             f"manifest says {c['expected_sha256']} ({c['expected_bytes']} bytes)"
         )
     lines += [f"  MISSING {m}" for m in report["missing"]]

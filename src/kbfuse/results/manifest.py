@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kbfuse import __version__
+from kbfuse import __version__, untrusted
 from kbfuse.results import records
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_text
@@ -34,6 +36,7 @@ PIN = RECORDS["kernelbench_pin"].path
 # A survey run alone pins the commit only (its tasks are pinned one by one under survey/pins).
 CHECKOUT_PIN = "kernelbench/checkout.json"
 QUOTED_PINS = (PIN, CHECKOUT_PIN)
+MAX_FILE_BYTES = 256 << 20  # a result file verified in a folder (as a bundle member)
 
 
 # The survey's records and summary (docs/contracts.md, "Survey"), hashed when a survey ran:
@@ -151,11 +154,34 @@ def is_safe_relpath(rel: str) -> bool:
 
 
 def _walk_files(root: Path) -> list[str]:
+    """Every entry under root that is not a folder, as a relative POSIX path: a symbolic link
+    (to a folder too: it is not followed) and a FIFO or device are listed, never opened."""
     found = []
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
+    for dirpath, dirs, names in os.walk(root):
+        links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
+        for name in names + links:
             found.append((Path(dirpath) / name).relative_to(root).as_posix())
     return sorted(found)
+
+
+def found_record(path: Path, expected_bytes: int, limit: int) -> dict[str, Any]:
+    """A file found in a results folder, as `file_record` has it, read within bounds: a
+    regular file whose size is the expected one (and at most `limit` bytes) is hashed; for
+    anything else sha256 is None and `not_hashed` says why (a symbolic link, a FIFO or a
+    device is never opened; a file of another size differs whatever its bytes)."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return {"sha256": None, "bytes": None, "not_hashed": untrusted.kind_of(st.st_mode)}
+    if st.st_size != expected_bytes or st.st_size > limit:
+        why = "size differs" if st.st_size != expected_bytes else f"over {limit} bytes"
+        return {"sha256": None, "bytes": st.st_size, "not_hashed": why}
+    digest, size = hashlib.sha256(), 0
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        while size <= limit and (block := fh.read(1 << 20)):
+            digest.update(block)
+            size += len(block)
+    return {"sha256": digest.hexdigest(), "bytes": size}
 
 
 def _check_config(data: Mapping[str, Any], label: str) -> None:
@@ -203,9 +229,9 @@ def load_manifest(manifest: str | os.PathLike | Mapping[str, Any]) -> tuple[dict
         problems: list[str] = []
         return _check_form(manifest, "manifest", problems), problems
     try:
-        raw = Path(manifest).read_bytes()
-    except OSError as exc:
-        raise KbfuseError(f"manifest {manifest} cannot be read: {exc.strerror}") from None
+        raw = records.read_limited(manifest)
+    except KbfuseError as exc:
+        raise KbfuseError(f"manifest {exc}") from None
     return manifest_from_bytes(raw, str(manifest))
 
 
@@ -230,15 +256,16 @@ def compare_with_manifest(
             continue
         got, expected = actual[rel], listed[rel]
         if got["sha256"] != expected["sha256"] or got["bytes"] != expected["bytes"]:
-            changed.append(
-                {
-                    "path": rel,
-                    "expected_sha256": expected["sha256"],
-                    "actual_sha256": got["sha256"],
-                    "expected_bytes": expected["bytes"],
-                    "actual_bytes": got["bytes"],
-                }
-            )
+            change = {
+                "path": rel,
+                "expected_sha256": expected["sha256"],
+                "actual_sha256": got["sha256"],
+                "expected_bytes": expected["bytes"],
+                "actual_bytes": got["bytes"],
+            }
+            if "not_hashed" in got:
+                change["not_hashed"] = got["not_hashed"]
+            changed.append(change)
     quotes = [(FINGERPRINT, "fingerprint"), *((rel, "kernelbench_pin") for rel in QUOTED_PINS)]
     for rel, key in quotes:
         raw = quoted.get(rel)
@@ -268,8 +295,11 @@ def verify_manifest(
     manifest: str | os.PathLike | Mapping[str, Any],
     *,
     ignore: Iterable[str] = (),
+    limit: int = MAX_FILE_BYTES,
 ) -> dict[str, Any]:
-    """Compare the files under `root` with the manifest.
+    """Compare the files under `root` with the manifest, reading within bounds: a symbolic
+    link, FIFO or device under `root` is named, never followed or opened; a listed file is
+    hashed only when its size is the one listed and at most `limit` bytes.
 
     Returns a report: `changed` (sha256 or size differ), `missing`, `extra` (files under root
     the manifest does not list; `ignore` holds glob patterns of relative paths to skip),
@@ -280,11 +310,18 @@ def verify_manifest(
     data, problems = load_manifest(manifest)
     patterns, listed = list(ignore), data["files"]
     actual = {  # only listed files are hashed; others are named as extra
-        rel: file_record(root / rel) if rel in listed else None
+        rel: found_record(root / rel, listed[rel]["bytes"], limit) if rel in listed else None
         for rel in _walk_files(root)
         if rel in listed or not any(fnmatch.fnmatch(rel, pat) for pat in patterns)
     }
-    quoted = {
-        rel: (root / rel).read_bytes() for rel in (FINGERPRINT, *QUOTED_PINS) if rel in actual
-    }
+    quoted = {rel: _quoted(root / rel) for rel in (FINGERPRINT, *QUOTED_PINS) if rel in actual}
     return compare_with_manifest(data, problems, actual, quoted)
+
+
+def _quoted(path: Path) -> bytes | None:
+    """A quoted record's bytes, or None when it is not a regular file within the limit (it is
+    then reported as changed, not read)."""
+    try:
+        return untrusted.read_bytes(path, records.MAX_RECORD_BYTES)
+    except KbfuseError:
+        return None

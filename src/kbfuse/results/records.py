@@ -4,9 +4,11 @@ Every JSON file kbfuse reads back (a result record of docs/contracts.md, or a ma
 come from another machine or have been edited, so it is validated where it is read, before
 any value is used:
 
-- parsing is strict: at most `MAX_RECORD_BYTES` (checked before reading), UTF-8, no
+- reading and parsing are strict (kbfuse.untrusted): a regular file (a FIFO, a device or a
+  link to one is refused), at most `MAX_RECORD_BYTES` (checked before reading), UTF-8, no
   `NaN`/`Infinity` literals (kbfuse writes non-finite floats as the strings "nan", "inf",
-  "-inf", and only where a float may be non-finite);
+  "-inf", and only where a float may be non-finite), no key given twice in one object, at
+  most kbfuse.untrusted.MAX_JSON_DEPTH levels of nesting;
 - the record is checked against its JSON Schema (`src/kbfuse/schemas/<kind>.schema.json`,
   shipped with the package): booleans are JSON booleans (the string "false" is not a pass),
   counts are non-negative integers, measured times are finite and not negative, names that
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urldefrag, urljoin
 
+from kbfuse import untrusted
 from kbfuse.errors import KbfuseError
 from kbfuse.layout import RECORDS
 
@@ -138,30 +141,16 @@ def validate_record(data: Any, kind: str, label: str) -> None:
         raise KbfuseError(f"{label}: counts do not add up:\n  " + "\n  ".join(problems))
 
 
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON (kbfuse writes non-finite floats as strings)")
-
-
 def parse_json(raw: bytes, label: str) -> Any:
-    """Strict JSON: UTF-8, no NaN/Infinity literals, at most MAX_RECORD_BYTES."""
-    if len(raw) > MAX_RECORD_BYTES:
-        raise KbfuseError(f"{label} is {len(raw)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise KbfuseError(f"{label} is not valid JSON: {exc}") from None
+    """Strict JSON (kbfuse.untrusted.parse_json): UTF-8, no NaN/Infinity literals, no key
+    given twice in one object, not nested too deeply, at most MAX_RECORD_BYTES."""
+    return untrusted.parse_json(raw, label, MAX_RECORD_BYTES)
 
 
 def read_limited(path: str | Path) -> bytes:
-    """A record file's bytes, refused before reading when over MAX_RECORD_BYTES."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_RECORD_BYTES:
-            raise KbfuseError(f"{path} is {size} bytes, over the {MAX_RECORD_BYTES}-byte limit")
-        return path.read_bytes()
-    except OSError as exc:
-        raise KbfuseError(f"{path} cannot be read: {exc.strerror}") from None
+    """A record file's bytes: a regular file (or a link to one), refused before reading when
+    over MAX_RECORD_BYTES (a FIFO or a link to /dev/zero is refused, never read)."""
+    return untrusted.read_bytes(path, MAX_RECORD_BYTES, follow=True)
 
 
 def read_record(path: str | Path, kind: str) -> dict:

@@ -1,0 +1,566 @@
+"""kbfuse.candidates.check, the parent of a check, with its children played in this process:
+the reference child runs the real reference code (kbfuse.candidates.reference) on the small
+task 53, the candidate and witness children are stand-ins that leave the files a candidate or
+a witness would. So what the parent plans, asks, hides, reads and decides is checked in
+milliseconds (these are the tests mutation testing runs on kbfuse.candidates.check; the real
+children run in tests/test_check_candidates.py and tests/test_check_hostile.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from kbfuse.candidates import check, evidence, reference, verdict
+from kbfuse.candidates.sandbox import Outcome
+from kbfuse.errors import KbfuseError
+
+FIXTURE = Path(__file__).parent / "candidates" / "cpu"
+TASK53 = FIXTURE / "task53_small.py"
+SETTINGS = {
+    "official_trials": 2,
+    "seeds": [0],
+    "distributions": ["uniform"],
+    "baselines": ["eager"],
+    "memory_limit_mb": 512,
+    "time_limit_s": 30,
+    "witness_cache": None,
+}
+GOOD_REPORT = {
+    "failure": None,
+    "patched": {"after_import": [], "after_calls": []},
+    "lazy": [],
+    "stages_done": ["build", "correctness", "guards", "timing"],
+    "builds": [],
+    "ninja": [],
+    "skipped_cases": {},
+    "timing": {
+        "wall": {
+            "candidate": {"median_ms": 1.0, "q1_ms": 1.0, "q3_ms": 1.0, "samples_ms": [1.0, 1.0]},
+            "eager": {"median_ms": 2.0, "q1_ms": 2.0, "q3_ms": 2.0, "samples_ms": [2.0, 2.0]},
+        }
+    },
+}
+
+
+class Children:
+    """Stands in for sandbox.run_child: the reference child's real code, a candidate that
+    returns the reference's outputs changed by `change` (and leaves `report`), a witness that
+    leaves `witness`. Records every call (role, request, view, binary, env)."""
+
+    def __init__(self, change=None, report=GOOD_REPORT, witness=None, outcome=None, after=None):
+        self.change, self.report, self.witness = change, report, witness
+        self.outcome, self.after = outcome or {}, after or {}
+        self.calls: list[dict] = []
+
+    def __call__(self, role, request_path, view, limits, log, binary, env=None, handoff=None):
+        request = json.loads(Path(request_path).read_text())
+        self.calls.append(
+            {"role": role, "request": request, "view": view, "binary": binary, "env": env,
+             "limits": limits, "log": log, "request_path": request_path}
+        )  # fmt: skip
+        out = Path(request["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        if role == "reference":
+            reference.run_reference(request, out)
+        elif role == "candidate":
+            self._candidate(request, out)
+        elif self.witness is not None:
+            (out / "witness.json").write_text(json.dumps(self.witness))
+        if role in self.after:
+            self.after[role](out)
+        status, code = self.outcome.get(role, ("exited", 0))
+        return Outcome(role, status, code, 0.5, 10.0, f"{role} log")
+
+    def _candidate(self, request: dict, out: Path) -> None:
+        if self.change is not None:
+            theirs = Path(request["inputs_dir"]).parent / "reference"
+            outputs = out / "outputs"
+            outputs.mkdir()
+            for case in [*request["cases"], {"name": "after_timing"}]:
+                source = "official_0" if case["name"] == "after_timing" else case["name"]
+                value = self.change(torch.load(theirs / f"{source}.pt"), case["name"])
+                if value is not None:
+                    torch.save(value, outputs / f"{case['name']}.pt")
+        if self.report is not None:
+            (out / "runner.json").write_text(json.dumps(self.report))
+
+
+def same(value, name):
+    return value
+
+
+@pytest.fixture
+def children(monkeypatch):
+    def install(**kwargs) -> Children:
+        fake = Children(**kwargs)
+        monkeypatch.setattr(check, "run_child", fake)
+        return fake
+
+    return install
+
+
+def judge(tmp_path, settings=None, **kwargs) -> dict:
+    candidate = tmp_path / "mine.py"
+    candidate.write_text("# kbfuse-task: 2/53\n")
+    given = {**SETTINGS, "unsandboxed": True, **(settings or {})}
+    return check.check_candidate(
+        candidate, 2, 53, TASK53, tmp_path / "out" / "mine.json", given, device="cpu", **kwargs
+    )
+
+
+def test_a_candidate_that_returns_the_reference_passes(tmp_path, children):
+    fake = children(change=same)
+    record = judge(tmp_path)
+    assert record["verdict"] == "pass" and record["failed_checks"] == []
+    assert record["sandbox"] == {"used": "none", "version": None}
+    assert record["findings"] == ["unsandboxed"]
+    assert sorted(record["correctness"]["cases"]) == [
+        "after_timing", "official_0", "official_1", "uniform_s0", "weights",
+    ]  # fmt: skip
+    assert [c["role"] for c in fake.calls] == ["reference", "candidate"]  # no GPU: no witness
+    assert json.loads((tmp_path / "out" / "mine.json").read_text()) == record
+    assert record["speedup"]["wall"]["over_eager"]["median"] == 2.0
+    assert record["processes"]["candidate"]["log_tail"] == "candidate log"
+
+
+def test_the_parent_plans_the_cases_and_the_candidate_is_asked_for_them(tmp_path, children):
+    fake = children(change=same)
+    judge(tmp_path)
+    planned = check.plan({**check.check_settings(None), **SETTINGS})
+    asked = fake.calls[1]["request"]["cases"]
+    assert [c["name"] for c in asked] == [c["name"] for c in planned]
+    weights = next(c for c in asked if c["name"] == "weights")
+    assert weights["perturbed"] == ["gemm.bias", "gemm.weight"]  # the reference's names
+    assert all("perturbed" not in c for c in asked if c["name"] != "weights")
+    ref = fake.calls[0]["request"]
+    assert {k: ref[k] for k in check.PLAN_KEYS} == {
+        "seed": 42, "official_trials": 2, "seeds": [0], "distributions": ["uniform"],
+    }  # fmt: skip
+    assert (ref["atol"], ref["rtol"]) == (check.OFFICIAL_ATOL, check.OFFICIAL_RTOL)
+
+
+def test_what_each_child_is_given(tmp_path, children):
+    fake = children(change=same)
+    judge(tmp_path, {"time_limit_s": 12, "memory_limit_mb": 300})
+    ref, cand = fake.calls
+    for call in fake.calls:
+        assert call["limits"] == check.Limits(12, 300)
+        assert call["request_path"] == call["view"].folder / "request.json"
+        assert call["request"]["out"] == str(call["view"].folder / "out")
+        assert call["binary"] is None  # unsandboxed
+        assert call["log"] == tmp_path / "out" / f"mine.{call['role']}.log"
+        hidden = call["view"].hidden
+        assert call["view"].folder.parent in hidden and tmp_path / "out" in hidden
+    assert ref["view"].folder.name == "reference" and cand["view"].folder.name == "candidate"
+    assert ref["request"]["task_file"].endswith("reference/task.py")
+    request = cand["request"]
+    assert request["candidate"].endswith("candidate/candidate.py")
+    assert request["task_file"].endswith("candidate/task.py")
+    assert request["inputs_dir"].endswith("reference/out/inputs")  # unsandboxed: where it is
+    assert cand["view"].readable == ()
+    assert request["seed"] == 42 and request["baselines"] == ["eager"]
+    assert request["gpu_memory_fraction"] == 0.5 and request["handoff"] is None
+    assert request["timing"]["rounds"] == 20
+
+
+def test_sandboxed_the_candidate_sees_the_inputs_inside_its_folder(tmp_path, children, monkeypatch):
+    monkeypatch.setattr(check.bwrap, "require", lambda: ("/bin/bwrap", "bubblewrap 9"))
+    fake = Children(change=None, report=None)
+    monkeypatch.setattr(check, "run_child", fake)
+    record = judge(tmp_path, {"unsandboxed": False})
+    assert record["sandbox"] == {"used": "bwrap", "version": "bubblewrap 9"}
+    cand = fake.calls[1]
+    folder = cand["view"].folder
+    assert cand["binary"] == "/bin/bwrap"
+    assert cand["request"]["inputs_dir"] == str(folder / "inputs")
+    (outside, inside), *more = cand["view"].readable
+    assert not more and inside == folder / "inputs"
+    assert outside == folder.parent / "reference" / "out" / "inputs"
+    assert record["report_problem"] == "runner.json was not written"
+    assert record["checks"]["build"]["status"] == "fail"
+
+
+def test_a_wrong_output_fails_its_case_and_a_missing_one_fails_as_no_output(tmp_path, children):
+    def change(value, name):
+        if name == "uniform_s0":
+            return None
+        return value + 1 if name == "official_1" else value
+
+    children(change=change)
+    record = judge(tmp_path)
+    cases = record["correctness"]["cases"]
+    assert cases["official_1"]["official_pass"] is False
+    assert cases["uniform_s0"] == {"numel": 1024, "problem": "no output", "official_pass": False}
+    assert record["failed_checks"] == ["official", "distributions"]
+    assert record["verdict"] == "fail"
+
+
+def test_after_a_failure_missing_outputs_are_not_run_not_failed(tmp_path, children):
+    report = {**GOOD_REPORT, "failure": {"stage": "correctness", "error": "E", "message": "m"}}
+    children(change=lambda value, name: value if name == "official_0" else None, report=report)
+    record = judge(tmp_path)
+    assert sorted(record["correctness"]["cases"]) == ["official_0"]
+    assert record["failed_checks"] == ["runtime_error"]
+    assert record["checks"]["distributions"]["status"] == "not_run"
+    assert record["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("status, code", [("exited", 3), ("time_limit", -9)])
+def test_a_process_that_did_not_end_well_leaves_missing_outputs_not_run(
+    tmp_path, children, status, code
+):
+    children(change=lambda v, n: None, outcome={"candidate": (status, code)})
+    record = judge(tmp_path)
+    assert record["correctness"]["cases"] == {}
+    assert record["verdict"] == "fail"
+
+
+def test_an_unusable_report_fails_the_build_and_is_not_used(tmp_path, children):
+    report = {**GOOD_REPORT, "builds": [{"route": "torch.utils.cpp_extension.load_inline"}]}
+    children(change=same, report=report)
+    record = judge(tmp_path)
+    assert record["report_problem"].startswith("field builds.0: 'extra_cuda_cflags' is a")
+    assert record["failed_checks"] == ["build"]
+    assert record["timing"] is None and record["guards"] is None
+
+
+def test_timing_that_does_not_pair_makes_the_report_unusable(tmp_path, children):
+    timing = json.loads(json.dumps(GOOD_REPORT["timing"]))
+    timing["wall"]["eager"]["samples_ms"] = [2.0]
+    children(change=same, report={**GOOD_REPORT, "timing": timing})
+    record = judge(tmp_path)
+    assert record["report_problem"].startswith("its timing does not pair: paired_ratios: 1 ")
+    assert record["speedup"] is None
+
+
+def test_a_failing_reference_is_a_harness_error_naming_it(tmp_path, children):
+    children(change=same, outcome={"reference": ("time_limit", -9)})
+    with pytest.raises(
+        KbfuseError, match=r"the reference process for .*failed \(time_limit, exit -9\)"
+    ):
+        judge(tmp_path)
+    assert not (tmp_path / "out" / "mine.json").exists()
+
+
+def test_a_reference_whose_cases_are_not_the_plan_is_refused(tmp_path, children, monkeypatch):
+    planned = reference.build_cases
+    monkeypatch.setattr(reference, "build_cases", lambda request: planned(request)[:-1])
+    children(change=same)
+    with pytest.raises(KbfuseError, match=r"cases \['official_0', .*\] are not the plan"):
+        judge(tmp_path)
+
+
+def test_reference_cases_without_the_changed_parameters_are_refused(tmp_path):
+    planned = check.plan({**check.check_settings(None), **SETTINGS})
+    folder = tmp_path / "reference"
+    (folder / "out").mkdir(parents=True)
+    bare = [{k: v for k, v in c.items() if k != "perturbed"} for c in planned]
+    (folder / "out" / "cases.json").write_text(json.dumps(bare))
+    with pytest.raises(KbfuseError, match="reference process's weights case names no parameters"):
+        check._reference_cases(planned, folder / "out", folder)
+    bare[2]["perturbed"] = ["w", 3]
+    (folder / "out" / "cases.json").write_text(json.dumps(bare))
+    with pytest.raises(KbfuseError, match="names no parameters"):
+        check._reference_cases(planned, folder / "out", folder)
+    (folder / "out" / "cases.json").write_text(json.dumps([1, 2]))
+    with pytest.raises(KbfuseError, match=r"cases None are not the plan"):
+        check._reference_cases(planned, folder / "out", folder)
+
+
+def test_logs_of_an_earlier_run_go_and_the_scratch_folder_is_removed(tmp_path, children, capsys):
+    (tmp_path / "out").mkdir()
+    stale = tmp_path / "out" / "mine.witness.log"
+    stale.write_text("old")
+    fake = children(change=same)
+    judge(tmp_path)
+    assert not stale.exists()
+    root = fake.calls[0]["view"].folder.parent
+    assert not root.exists() and root.name.startswith("kbfuse-check-")
+    judge(tmp_path, keep_scratch=True)
+    kept = fake.calls[-1]["view"].folder.parent
+    assert kept.is_dir() and f"scratch kept: {kept}" in capsys.readouterr().out
+    shutil.rmtree(kept)
+
+
+def test_logs_go_where_asked_and_the_lock_folder_is_hidden(tmp_path, children, monkeypatch):
+    monkeypatch.setenv("KBFUSE_GPU_LOCK_DIR", str(tmp_path))
+    fake = children(change=same)
+    judge(tmp_path, log_dir=tmp_path / "logs")
+    assert fake.calls[0]["log"] == tmp_path / "logs" / "mine.reference.log"
+    assert tmp_path in fake.calls[0]["view"].hidden
+    assert tmp_path / "logs" in fake.calls[1]["view"].hidden
+
+
+def test_inputs_that_are_refused_before_any_child(tmp_path, children):
+    fake = children(change=same)
+    with pytest.raises(KbfuseError, match=r"candidate file \S+nope\.py does not exist"):
+        check.check_candidate(tmp_path / "nope.py", 2, 53, TASK53, tmp_path / "v.json", SETTINGS)
+    big = tmp_path / "big.py"
+    big.write_bytes(b"#")
+    os.truncate(big, check.CANDIDATE_BYTES + 1)
+    with pytest.raises(KbfuseError, match=r"candidate file \S+big\.py is over 16777216 bytes"):
+        check.check_candidate(big, 2, 53, TASK53, tmp_path / "v.json", SETTINGS)
+    long = tmp_path / ("v" * 250 + ".json")
+    with pytest.raises(KbfuseError, match="its name is too long for its log files"):
+        check.check_candidate(TASK53, 2, 53, TASK53, long, SETTINGS)
+    assert fake.calls == []
+
+
+def test_without_bwrap_and_not_unsandboxed_nothing_runs(tmp_path, children, monkeypatch):
+    monkeypatch.setenv("KBFUSE_BWRAP", str(tmp_path / "none"))
+    fake = children(change=same)
+    with pytest.raises(KbfuseError, match="is not an executable file: install bubblewrap"):
+        judge(tmp_path, {"unsandboxed": False})
+    assert fake.calls == []
+
+
+# ---------------------------------------------------------------- the witness
+
+
+def _scratch(tmp_path: Path, device: str = "cuda") -> check.Scratch:
+    return check.Scratch(tmp_path, None, device, check.Limits(5, 100), (tmp_path / "hidden",))
+
+
+LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
+BUILDS = {"builds": [{"route": LOAD_INLINE, "extra_cuda_cflags": ["-O3"], "extra_cflags": []}]}
+
+
+def test_the_witness_measures_the_reported_flags_on_a_gpu_only(tmp_path, monkeypatch):
+    witness = [{"route": "load_inline", "flags": ["-O3"], "effective_ftz": True, "output": 0.0}]
+    fake = Children(witness=witness)
+    monkeypatch.setattr(check, "run_child", fake)
+    settings = {"witness_cache": None}
+    assert check.run_witness(
+        settings, BUILDS, _scratch(tmp_path, "cpu"), tmp_path / "w.log", None
+    ) == (None, None)
+    assert check.run_witness(settings, {}, _scratch(tmp_path), tmp_path / "w.log", None) == (
+        None,
+        None,
+    )
+    found, outcome = check.run_witness(
+        settings, BUILDS, _scratch(tmp_path), tmp_path / "w.log", None
+    )
+    assert found == witness and outcome.role == "witness"
+    assert fake.calls[0]["request"]["builds"] == [{"route": "load_inline", "flags": ["-O3"]}]
+    assert fake.calls[0]["view"].gpu is True and fake.calls[0]["env"] is None
+
+
+@pytest.mark.parametrize("witness", [{"x": 1}, [{"effective_ftz": "yes"}], ["x"]])
+def test_a_malformed_witness_file_is_no_measurement(tmp_path, monkeypatch, witness):
+    monkeypatch.setattr(check, "run_child", Children(witness=witness))
+    found, outcome = check.run_witness(
+        {"witness_cache": None}, BUILDS, _scratch(tmp_path), tmp_path / "w", None
+    )
+    assert found is None and outcome.status == "exited"
+
+
+def test_the_shared_witness_cache_is_writable_one_flag_set_at_a_time(tmp_path, monkeypatch):
+    fake = Children(witness=[])
+    monkeypatch.setattr(check, "run_child", fake)
+    cache = tmp_path / "cache"
+    check.run_witness(
+        {"witness_cache": str(cache)}, BUILDS, _scratch(tmp_path), tmp_path / "w", None
+    )
+    call = fake.calls[0]
+    assert call["env"] == {"TORCH_EXTENSIONS_DIR": str(cache.resolve())}
+    (folder,) = call["view"].writable
+    assert folder.parent == cache.resolve() and folder.name.startswith("kbfuse_witness_")
+    assert folder.is_dir()
+    env, writable = check.witness_env(
+        {"witness_cache": str(cache)}, [{"route": "cupy", "options": []}]
+    )
+    assert env is not None and writable == []
+    assert check.witness_env({"witness_cache": None}, [{"route": "load_inline", "flags": []}]) == (
+        None,
+        [],
+    )
+
+
+def test_the_witness_is_run_under_the_shared_lock(tmp_path, monkeypatch):
+    held = []
+
+    class Lock:
+        def shared(self):
+            held.append("shared")
+            return check.contextlib.nullcontext()
+
+    monkeypatch.setattr(check, "run_child", Children(witness=[]))
+    check.run_witness({"witness_cache": None}, BUILDS, _scratch(tmp_path), tmp_path / "w", Lock())
+    assert held == ["shared"]
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def test_the_task_file_is_found_only_when_one_matches(tmp_path):
+    folder = tmp_path / "KernelBench" / "level2"
+    folder.mkdir(parents=True)
+    (folder / "53_Gemm.py").write_text("")
+    assert check.find_task_file(tmp_path, 2, 53) == folder / "53_Gemm.py"
+    with pytest.raises(KbfuseError, match=r"task 2/5: 0 files match \S+/5_\*\.py \(need one\)"):
+        check.find_task_file(tmp_path, 2, 5)
+    (folder / "53_Other.py").write_text("")
+    with pytest.raises(KbfuseError, match=r"task 2/53: 2 files match"):
+        check.find_task_file(tmp_path, 2, 53)
+
+
+def test_the_checkout_commit_or_none(tmp_path):
+    assert check.checkout_commit(tmp_path / "nowhere") is None
+    root = Path(__file__).resolve().parents[1]
+    commit = check.checkout_commit(root)
+    assert commit is None or (len(commit) == 40 and all(c in "0123456789abcdef" for c in commit))
+
+
+def test_the_device_is_the_cpu_without_a_gpu():
+    assert check.default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_the_record_names_what_is_self_reported(tmp_path, children):
+    children(change=same)
+    record = judge(tmp_path)
+    assert record["self_reported"] == evidence.SELF_REPORTED
+    assert set(record["self_reported"]["checks"]) <= set(verdict.CHECKS)
+
+
+# ---------------------------------------------------------------- what mutation testing found open
+
+
+def _error(out: Path) -> None:
+    (out / "error.json").write_text(json.dumps({"error": "ImportError", "message": "no task"}))
+
+
+def test_a_reference_that_exits_with_an_error_is_named_with_it(tmp_path, children):
+    children(change=same, outcome={"reference": ("exited", 1)}, after={"reference": _error})
+    with pytest.raises(
+        KbfuseError,
+        match=r"the reference process for \S+task53_small\.py failed \(exited, exit 1\): "
+        r"ImportError: no task; log: \S+mine\.reference\.log$",
+    ):
+        judge(tmp_path)
+
+
+def test_a_reference_killed_with_status_zero_is_still_a_failure(tmp_path, children):
+    children(change=same, outcome={"reference": ("memory_limit", 0)})
+    with pytest.raises(KbfuseError, match=r"failed \(memory_limit, exit 0\): None: None"):
+        judge(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["cases.json", "reference.json"])
+def test_a_reference_record_that_is_a_link_is_refused(tmp_path, children, name):
+    def link(out: Path) -> None:
+        elsewhere = out.parent / f"elsewhere-{name}"
+        (out / name).rename(elsewhere)
+        (out / name).symlink_to(elsewhere)
+
+    children(change=same, after={"reference": link})
+    with pytest.raises(KbfuseError, match=rf"{name} is a symbolic link, not a regular file"):
+        judge(tmp_path)
+
+
+def test_the_trivial_status_and_the_task_come_from_the_reference_and_the_file(tmp_path, children):
+    children(change=same)
+    record = judge(tmp_path, commit="c" * 40)
+    assert record["trivial_source"] == "computed by the reference process"
+    assert record["trivial"]["zeros"] == {"applicable": True, "passes": False}
+    assert record["trivial"]["compared"].startswith("official_0")
+    assert record["task"] == {
+        "level": 2,
+        "task": 53,
+        "file": "task53_small.py",
+        "sha256": check.sha256_file(TASK53),
+        "commit": "c" * 40,
+    }
+    assert record["candidate"]["file"] == "mine.py"
+    assert record["environment"]["device"] == "cpu"
+
+
+def test_a_survey_record_gives_the_trivial_status(tmp_path, children):
+    children(change=same)
+    survey = tmp_path / "53.json"
+    spots = {"zeros": {"passes": True}, "mean_constant": {"passes": False}}
+    survey.write_text(json.dumps({"blind_spots": spots, "blind_spot": True}))
+    record = judge(tmp_path, survey=survey)
+    assert record["trivial_source"] == "survey record 53.json"
+    assert "blind_spot" in record["findings"]
+
+
+def test_without_a_usable_report_missing_outputs_are_not_counted(tmp_path, children):
+    children(change=None, report=None)
+    record = judge(tmp_path)
+    assert record["correctness"]["cases"] == {}
+    assert record["report_problem"] == "runner.json was not written"
+    assert record["failed_checks"] == ["build"]
+
+
+def test_a_weights_case_the_report_skips_is_not_applicable(tmp_path, children):
+    report = {**GOOD_REPORT, "skipped_cases": {"weights": "named differently"}}
+    children(change=lambda value, name: None if name == "weights" else value, report=report)
+    record = judge(tmp_path)
+    assert record["checks"]["changed_weights"] == {
+        "status": "not_applicable",
+        "detail": "named differently",
+    }
+    assert "weights" not in record["correctness"]["cases"]
+    assert record["verdict"] == "pass"
+
+
+def test_a_reference_larger_than_the_memory_limit_is_refused(tmp_path, children, monkeypatch):
+    children(change=same)
+    original = check.evidence.compare_all
+
+    def spy(cases, reference, candidate, tolerance, reference_limit, expected, skipped=None):
+        spy.limit = reference_limit
+        return original(cases, reference, candidate, tolerance, reference_limit, expected, skipped)
+
+    monkeypatch.setattr(check.evidence, "compare_all", spy)
+    judge(tmp_path, {"memory_limit_mb": 300})
+    assert spy.limit == 300 << 20
+
+
+def test_with_a_gpu_lock_the_candidate_gets_the_handoff_and_the_reference_shares(
+    tmp_path, children
+):
+    held = []
+
+    class Lock:
+        path = tmp_path / "locks" / "kbfuse-gpu-x.lock"
+
+        def shared(self):
+            held.append("shared")
+            return check.contextlib.nullcontext()
+
+        def alone(self):
+            held.append("alone")
+            return check.contextlib.nullcontext()
+
+    fake = children(change=same)
+    judge(tmp_path, lock=Lock())
+    assert held == ["shared"]  # the reference; the candidate's hold is its Handoff's
+    cand = fake.calls[1]
+    folder = cand["view"].folder
+    assert cand["request"]["handoff"] == {
+        "request": str(folder / "alone.request"),
+        "granted": str(folder / "alone.granted"),
+    }
+    assert tmp_path / "locks" in cand["view"].hidden
+
+
+def test_on_a_gpu_every_child_is_shown_the_device(tmp_path, monkeypatch):
+    fake = Children(change=None, report=None, witness=[])
+    monkeypatch.setattr(check, "run_child", fake)
+    scratch = _scratch(tmp_path)
+    outcome = scratch.child("witness", {"builds": []}, tmp_path / "w.log", env={"A": "1"})
+    call = fake.calls[0]
+    assert outcome.role == "witness" and call["env"] == {"A": "1"}
+    assert call["view"].gpu is True and call["view"].hidden == (tmp_path / "hidden",)
+    assert call["view"].writable == () and call["view"].readable == ()
+    cpu = _scratch(tmp_path / "cpu", "cpu")
+    (tmp_path / "cpu").mkdir()
+    cpu.child("witness", {"builds": []}, tmp_path / "w2.log")
+    assert fake.calls[1]["view"].gpu is False

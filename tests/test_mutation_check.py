@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from contracts import contract_record
 
 from kbfuse.candidates import check, evidence, reference, verdict
 from kbfuse.candidates.sandbox import Outcome
 from kbfuse.errors import KbfuseError
 
+CONTRACT = contract_record(None)  # the test evaluator's: 1e-4, seed 42, 5 trials
+JUDGED = {**CONTRACT, "trials": 2}  # with SETTINGS' official_trials
 FIXTURE = Path(__file__).parent / "candidates" / "cpu"
 TASK53 = FIXTURE / "task53_small.py"
 SETTINGS = {
@@ -110,8 +113,9 @@ def judge(tmp_path, settings=None, **kwargs) -> dict:
     candidate.write_text("# kbfuse-task: 2/53\n")
     given = {**SETTINGS, "unsandboxed": True, **(settings or {})}
     return check.check_candidate(
-        candidate, 2, 53, TASK53, tmp_path / "out" / "mine.json", given, device="cpu", **kwargs
-    )
+        candidate, 2, 53, TASK53, tmp_path / "out" / "mine.json", CONTRACT, given, device="cpu",
+        **kwargs,
+    )  # fmt: skip
 
 
 def test_a_candidate_that_returns_the_reference_passes(tmp_path, children):
@@ -132,17 +136,17 @@ def test_a_candidate_that_returns_the_reference_passes(tmp_path, children):
 def test_the_parent_plans_the_cases_and_the_candidate_is_asked_for_them(tmp_path, children):
     fake = children(change=same)
     judge(tmp_path)
-    planned = check.plan({**check.check_settings(None), **SETTINGS})
+    planned = check.plan({**check.check_settings(None), **SETTINGS}, JUDGED)
     asked = fake.calls[1]["request"]["cases"]
     assert [c["name"] for c in asked] == [c["name"] for c in planned]
     weights = next(c for c in asked if c["name"] == "weights")
     assert weights["perturbed"] == ["gemm.bias", "gemm.weight"]  # the reference's names
     assert all("perturbed" not in c for c in asked if c["name"] != "weights")
     ref = fake.calls[0]["request"]
-    assert {k: ref[k] for k in check.PLAN_KEYS} == {
-        "seed": 42, "official_trials": 2, "seeds": [0], "distributions": ["uniform"],
-    }  # fmt: skip
-    assert (ref["atol"], ref["rtol"]) == (check.OFFICIAL_ATOL, check.OFFICIAL_RTOL)
+    assert {k: ref[k] for k in check.PLAN_KEYS} == {"seeds": [0], "distributions": ["uniform"]}
+    assert ref["contract"] == JUDGED  # the pinned contract, the settings' 2 trials
+    assert (ref["contract"]["atol"], ref["contract"]["trials"]) == (1e-4, 2)
+    assert fake.calls[1]["request"]["contract"] == JUDGED
 
 
 def test_what_each_child_is_given(tmp_path, children):
@@ -164,7 +168,7 @@ def test_what_each_child_is_given(tmp_path, children):
     assert request["task_file"].endswith("candidate/task.py")
     assert request["inputs_dir"].endswith("reference/out/inputs")  # unsandboxed: where it is
     assert cand["view"].readable == ()
-    assert request["seed"] == 42 and request["baselines"] == ["eager"]
+    assert request["contract"]["seed"] == 42 and request["baselines"] == ["eager"]
     assert request["gpu_memory_fraction"] == 0.5 and request["handoff"] is None
     assert request["timing"]["rounds"] == 20
 
@@ -257,7 +261,7 @@ def test_a_reference_whose_cases_are_not_the_plan_is_refused(tmp_path, children,
 
 
 def test_reference_cases_without_the_changed_parameters_are_refused(tmp_path):
-    planned = check.plan({**check.check_settings(None), **SETTINGS})
+    planned = check.plan({**check.check_settings(None), **SETTINGS}, JUDGED)
     folder = tmp_path / "reference"
     (folder / "out").mkdir(parents=True)
     bare = [{k: v for k, v in c.items() if k != "perturbed"} for c in planned]
@@ -300,15 +304,17 @@ def test_logs_go_where_asked_and_the_lock_folder_is_hidden(tmp_path, children, m
 def test_inputs_that_are_refused_before_any_child(tmp_path, children):
     fake = children(change=same)
     with pytest.raises(KbfuseError, match=r"candidate file \S+nope\.py does not exist"):
-        check.check_candidate(tmp_path / "nope.py", 2, 53, TASK53, tmp_path / "v.json", SETTINGS)
+        check.check_candidate(
+            tmp_path / "nope.py", 2, 53, TASK53, tmp_path / "v.json", CONTRACT, SETTINGS
+        )
     big = tmp_path / "big.py"
     big.write_bytes(b"#")
     os.truncate(big, check.CANDIDATE_BYTES + 1)
     with pytest.raises(KbfuseError, match=r"candidate file \S+big\.py is over 16777216 bytes"):
-        check.check_candidate(big, 2, 53, TASK53, tmp_path / "v.json", SETTINGS)
+        check.check_candidate(big, 2, 53, TASK53, tmp_path / "v.json", CONTRACT, SETTINGS)
     long = tmp_path / ("v" * 250 + ".json")
     with pytest.raises(KbfuseError, match="its name is too long for its log files"):
-        check.check_candidate(TASK53, 2, 53, TASK53, long, SETTINGS)
+        check.check_candidate(TASK53, 2, 53, TASK53, long, CONTRACT, SETTINGS)
     assert fake.calls == []
 
 
@@ -468,7 +474,12 @@ def test_the_trivial_status_and_the_task_come_from_the_reference_and_the_file(tm
     record = judge(tmp_path, commit="c" * 40)
     assert record["trivial_source"] == "computed by the reference process"
     assert record["trivial"]["zeros"] == {"applicable": True, "passes": False}
-    assert record["trivial"]["compared"].startswith("official_0")
+    assert record["trivial"]["compared"] == "eager output on KernelBench's 2 official trials"
+    assert record["official"] == {
+        "atol": 1e-4, "rtol": 1e-4, "source": CONTRACT["tolerance_source"]["atol"],
+        "argument_order": ["reference", "candidate"], "seed": 42, "trials": 2,
+        "contract_commit": None,
+    }  # fmt: skip
     assert record["task"] == {
         "level": 2,
         "task": 53,

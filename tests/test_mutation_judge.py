@@ -18,13 +18,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from contracts import contract
 
-from kbfuse.candidates import check, evidence, verdict
+from kbfuse.candidates import evidence, verdict
 from kbfuse.candidates.sandbox import Outcome
 from kbfuse.candidates.summary import verdict_row
 from kbfuse.checks import cases as checks_cases
 
-TOLERANCE = (check.OFFICIAL_ATOL, check.OFFICIAL_RTOL)
+JUDGE = contract()  # the pin's: atol = rtol = 1e-4, torch.allclose(reference, candidate)
+TOLERANCE = (JUDGE["atol"], JUDGE["rtol"])
 
 # --------------------------------------------------------------------------- 1. the verdict
 
@@ -127,7 +129,9 @@ def on_a_gpu(monkeypatch, tmp_path):
 
     def assemble(runner: dict) -> dict:
         sandbox = {"used": "bwrap", "version": "bubblewrap 0.8.0"}
-        record = evidence.assemble(candidate, task, "cuda", {}, None, _evidence(runner), sandbox)
+        record = evidence.assemble(
+            candidate, task, "cuda", {}, None, _evidence(runner), sandbox, JUDGE
+        )
         verdict.validate(record, "assembled")
         return record
 
@@ -183,7 +187,7 @@ def the_comparison_uses_the_tolerance_it_records(tmp_path: Path) -> None:
     references = {"official_0": ref, "uniform_s0": ref}
     outputs = {"official_0": ref + 3 * bound, "uniform_s0": ref + bound / 2, "after_timing": ref}
     reference, candidate = _folders(tmp_path, outputs, references)
-    found = evidence.compare_all(PLAN, reference, candidate, TOLERANCE, 1 << 20, expected=True)
+    found = evidence.compare_all(PLAN, reference, candidate, JUDGE, 1 << 20, expected=True)
     assert (found["atol"], found["rtol"]) == TOLERANCE
     assert found["cases"]["official_0"]["official_pass"] is False
     assert found["cases"]["uniform_s0"]["official_pass"] is True
@@ -198,8 +202,8 @@ def test_the_comparison_uses_the_tolerance_it_records(tmp_path):
 def test_planted_a_tolerance_other_than_the_recorded_one_is_caught(tmp_path, monkeypatch, factor):
     original = evidence.compare.compare_case
 
-    def planted(reference, candidate, atol, rtol):
-        return original(reference, candidate, atol, rtol * factor)
+    def planted(reference, candidate, judged):
+        return original(reference, candidate, {**judged, "rtol": judged["rtol"] * factor})
 
     monkeypatch.setattr(evidence.compare, "compare_case", planted)
     with pytest.raises(AssertionError, match="assert"):
@@ -210,14 +214,12 @@ def test_every_planned_case_is_compared_and_a_missing_one_fails(tmp_path):
     ref = torch.tensor([1.0, 2.0])
     references = {"official_0": ref, "uniform_s0": ref * 2}
     reference, candidate = _folders(tmp_path, {"official_0": ref}, references)
-    found = evidence.compare_all(PLAN, reference, candidate, TOLERANCE, 1 << 20, expected=True)
+    found = evidence.compare_all(PLAN, reference, candidate, JUDGE, 1 << 20, expected=True)
     assert found["cases"]["official_0"]["official_pass"] is True
     for name in ("uniform_s0", "after_timing"):
         assert found["cases"][name] == {"numel": 2, "problem": "no output", "official_pass": False}
     # after a failure of the process, missing outputs are left out: their checks are not_run
-    unfinished = evidence.compare_all(
-        PLAN, reference, candidate, TOLERANCE, 1 << 20, expected=False
-    )
+    unfinished = evidence.compare_all(PLAN, reference, candidate, JUDGE, 1 << 20, expected=False)
     assert sorted(unfinished["cases"]) == ["official_0"]
 
 
@@ -229,7 +231,7 @@ def test_only_the_weights_case_may_be_skipped_by_the_report(tmp_path):
     reference, candidate = _folders(tmp_path, outputs, references)
     skipped = {"weights": "named differently", "uniform_s0": "I'd rather not"}
     found = evidence.compare_all(
-        plan, reference, candidate, TOLERANCE, 1 << 20, expected=True, skipped=skipped
+        plan, reference, candidate, JUDGE, 1 << 20, expected=True, skipped=skipped
     )
     assert found["skipped_cases"] == {"weights": "named differently"}
     assert "weights" not in found["cases"]
@@ -245,7 +247,7 @@ def test_cached_outputs_are_found_through_fingerprints(tmp_path):
     references = {"official_0": first, "official_1": second}
     outputs = {"official_0": first, "official_1": first, "after_timing": first}
     reference, candidate = _folders(tmp_path, outputs, references)
-    found = evidence.compare_all(plan, reference, candidate, TOLERANCE, 1 << 20, expected=True)
+    found = evidence.compare_all(plan, reference, candidate, JUDGE, 1 << 20, expected=True)
     assert found["cached_pairs"] == [["official_0", "official_1"]]
 
 

@@ -13,6 +13,7 @@ import zipfile
 
 import pytest
 import torch
+from contracts import contract
 
 from kbfuse import untrusted
 from kbfuse.candidates import check, evidence, readback
@@ -306,8 +307,8 @@ def test_the_checkout_commit_is_read_from_git(tmp_path):
 
 
 def test_the_plan_is_the_reference_plan_of_the_settings():
-    settings = {"seed": 42, "official_trials": 2, "seeds": [3], "distributions": ["normal"], "x": 1}
-    names = [c["name"] for c in check.plan(settings)]
+    settings = {"seeds": [3], "distributions": ["normal"], "x": 1}
+    names = [c["name"] for c in check.plan(settings, contract(seed=42, trials=2))]
     assert names == ["official_0", "official_1", "weights", "normal_s3"]
 
 
@@ -362,22 +363,22 @@ def test_a_case_record_names_every_problem_before_comparing():
     from kbfuse.candidates import compare
 
     ref = f32(1.0, 2.0, 3.0)
-    assert compare.compare_case(ref, [1.0], 0.1, 0.1) == {
+    assert compare.compare_case(ref, [1.0], contract(0.1, 0.1)) == {
         "numel": 3,
         "problem": "output is list",
         "official_pass": False,
     }
-    assert compare.compare_case("x", [1.0], 0.1, 0.1)["numel"] == 0
-    wide = compare.compare_case(ref, ref.double(), 0.1, 0.1)
+    assert compare.compare_case("x", [1.0], contract(0.1, 0.1))["numel"] == 0
+    wide = compare.compare_case(ref, ref.double(), contract(0.1, 0.1))
     assert wide == {
         "numel": 3,
         "problem": "dtype torch.float64, expected torch.float32",
         "official_pass": False,
     }
-    assert compare.compare_case(ref.double(), ref, 0.1, 0.1)["problem"] == (
+    assert compare.compare_case(ref.double(), ref, contract(0.1, 0.1))["problem"] == (
         "dtype torch.float32, expected torch.float64"
     )
-    assert compare.compare_case(ref, f32(1.0, 2.0), 0.1, 0.1)["problem"] == (
+    assert compare.compare_case(ref, f32(1.0, 2.0), contract(0.1, 0.1))["problem"] == (
         "shape [2], expected [3]"
     )
 
@@ -387,15 +388,15 @@ def test_a_case_record_counts_non_finite_outputs_and_the_largest_finite_error():
 
     ref = f32(1.0, 2.0, 3.0, 4.0)
     cand = f32(1.0, float("inf"), float("nan"), 4.25)
-    record = compare.compare_case(ref, cand, 0.5, 0.0)
+    record = compare.compare_case(ref, cand, contract(0.5, 0.0))
     assert record["problem"] is None and record["numel"] == 4
     assert record["nonfinite_candidate"] == 2
     assert record["max_abs"] == 0.25  # inf and nan are left out of the largest error
     assert record["bit_equal"] == 1 and record["bit_identical"] is False
     assert record["official_pass"] is False  # allclose fails on inf and nan
-    only_inf = compare.compare_case(f32(1.0), f32(float("inf")), 0.5, 0.0)
+    only_inf = compare.compare_case(f32(1.0), f32(float("inf")), contract(0.5, 0.0))
     assert only_inf["max_abs"] == 0.0 and only_inf["nonfinite_candidate"] == 1
-    empty = compare.compare_case(f32(), f32(), 0.0, 0.0)
+    empty = compare.compare_case(f32(), f32(), contract(0.0, 0.0))
     assert empty["bit_identical"] is True and empty["max_ulps"] == 0 and empty["max_abs"] == 0.0
 
 
@@ -462,18 +463,20 @@ def test_an_output_the_parent_refuses_is_a_failing_case_naming_why(tmp_path):
     (folder / "out").mkdir(parents=True)
     fifo = folder / "out" / "a.pt"
     os.mkfifo(fifo)
-    record, printed = evidence._compare_one(f32(1.0, 2.0), fifo, folder, (0.1, 0.1), 100)
+    record, printed = evidence._compare_one(f32(1.0, 2.0), fifo, folder, contract(0.1, 0.1), 100)
     assert printed is None
     assert record == {
         "numel": 2,
         "problem": f"output not read: {fifo} is a FIFO, not a regular file; not read",
         "official_pass": False,
     }
-    missing, _ = evidence._compare_one(f32(1.0), folder / "out" / "b.pt", folder, (0, 0), 100)
+    missing, _ = evidence._compare_one(
+        f32(1.0), folder / "out" / "b.pt", folder, contract(0, 0), 100
+    )
     assert missing == {"numel": 1, "problem": evidence.NO_OUTPUT, "official_pass": False}
     good = folder / "out" / "c.pt"
     torch.save(f32(1.0, 2.0), good)
-    record, printed = evidence._compare_one(f32(1.0, 2.0), good, folder, (0, 0), 10_000)
+    record, printed = evidence._compare_one(f32(1.0, 2.0), good, folder, contract(0, 0), 10_000)
     assert record["official_pass"] is True and record["bit_identical"] is True
     from kbfuse.candidates import compare
 

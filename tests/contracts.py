@@ -35,3 +35,13 @@ def contract_record(commit: str | None, tolerance: str = "1e-4") -> dict:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
         return read_contract(folder, commit)
+
+
+def contract_file(folder) -> str:
+    """contract_record(None) written to folder/contract.json (for `kbfuse check --contract`)."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / "contract.json"
+    path.write_text(json.dumps(contract_record(None)))
+    return str(path)

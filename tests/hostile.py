@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from contracts import contract_file
 
 HERE = Path(__file__).parent
 HOSTILE = HERE / "candidates" / "hostile"
@@ -63,6 +64,7 @@ def run_checker(
     command += ["--lock-dir", str(lock_dir)] if lock_dir is not None else []
     command += ["--", "check", str(candidate), "--task", "2/53", "--task-file", str(TASK53)]
     command += ["--device", "cpu", "--config", str(config), "--out", str(out), *options]
+    command += ["--contract", contract_file(tmp_path)]
     path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run(
         command,

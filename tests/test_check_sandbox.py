@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from contracts import contract_file
 
 from kbfuse.candidates import bwrap, sandbox
 from kbfuse.errors import KbfuseError
@@ -54,6 +55,7 @@ def test_kbfuse_check_without_bwrap_stops_before_any_child(tmp_path):
     }
     command = [sys.executable, "-m", "kbfuse.workflow.cli", "check", str(GOOD), "--task", "2/53"]
     command += ["--task-file", str(TASK53), "--device", "cpu", "--out", str(out)]
+    command += ["--contract", contract_file(tmp_path)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.startswith("kbfuse check: KBFUSE_BWRAP=")

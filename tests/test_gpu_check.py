@@ -138,7 +138,9 @@ def test_zeros_pass_kernelbenchs_check_on_task_23_and_fail_here(corpus):
     assert record["checks"]["official"]["status"] == "pass"
     assert record["trivial"]["zeros"]["passes"] is True
     assert "blind_spot" in record["findings"]
-    assert record["failed_checks"] == ["input_independent"]
+    # Under the pinned tolerance (1e-4) zeros still pass the official trials, but not the
+    # output after the weights change (within KernelBench v0.1's 1e-2 they did).
+    assert record["failed_checks"] == ["changed_weights", "input_independent"]
 
 
 def test_a_caching_candidate_fails_on_changed_inputs(corpus):

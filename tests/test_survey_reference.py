@@ -38,7 +38,7 @@ def recs():
 def test_the_reference_matches_its_manifest():
     report = verify_manifest(REFERENCE, REFERENCE / "manifest.json", ignore=["manifest.json"])
     assert report["ok"], {k: report[k] for k in ("changed", "missing", "extra")}
-    assert report["checked"] == 419
+    assert report["checked"] == 426
     assert report["pin"]["commit"] == "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
     assert report["environment"]["gpu"].startswith("NVIDIA H200")
 
@@ -63,9 +63,10 @@ def test_the_summary_tables_say_what_the_records_say(recs):
         for mode in MODES
         for task, rec in recs[mode].items()
         for name, entry in rec["baselines"].items()
-        if entry["status"] == "failed"
+        if entry["status"] == "failed" or not entry["correctness"]["official_pass"]
     }
     assert set(zip(failures.task, failures.numerics, failures.baseline, strict=True)) == failed
+    assert len(failed) == 17  # none failed a stage; 17 fail the official check
     for mode in MODES:
         main = pd.read_csv(summary / f"survey_{mode}.csv")
         assert len(main) == 100
@@ -83,7 +84,7 @@ def test_kbfuse_verify_bundle_checks_the_folder_and_names_a_changed_file(tmp_pat
     from kbfuse.workflow.cli import main
 
     assert main(["verify-bundle", str(REFERENCE)]) == 0
-    assert "files listed in manifest: 419" in capsys.readouterr().out
+    assert "files listed in manifest: 426" in capsys.readouterr().out
     copy = tmp_path / "survey"
     shutil.copytree(REFERENCE, copy)
     record = copy / "survey" / "strict" / "tasks" / "53.json"

@@ -6,7 +6,8 @@ Copies, keeping their paths under `results/`: every survey record and summary fi
 (`kbfuse.results.manifest.survey_files`), the task list and per-task pins, the survey jobs'
 Snakemake benchmark files (of level 2 under `survey/`, of every other level surveyed there
 under `survey/level<N>/`), the environment fingerprint and the KernelBench checkout record
-(the survey's pin of the commit). The job logs stay out: their warnings quote the run
+(the survey's pin of the commit) and the official contract every record was judged by
+(`kernelbench/contract.json`, read from the pinned evaluator). The job logs stay out: their warnings quote the run
 machine's paths. Then writes `manifest.json` over the copies (the manifest quotes the
 checkout record as its pin), with the study config that was in force (`--config`, the
 default config/config.yaml). Check it with `kbfuse verify-bundle FOLDER`.
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from kbfuse.errors import KbfuseError  # noqa: E402
+from kbfuse.layout import RECORDS  # noqa: E402
 from kbfuse.results.manifest import (  # noqa: E402
     CHECKOUT_PIN,
     FINGERPRINT,
@@ -32,6 +34,7 @@ from kbfuse.results.manifest import (  # noqa: E402
 from kbfuse.workflow.config import load_config  # noqa: E402
 
 FINGERPRINT_TARGET = "results/env/fingerprint.json"
+CONTRACT = RECORDS["kernelbench_contract"].path
 EXTRA_GLOBS = tuple(
     pattern.format(root=root)
     for root in ("survey", "survey/level*")
@@ -44,7 +47,7 @@ def reference_files(results: Path) -> list[str]:
     found = set(survey_files(results))
     for pattern in EXTRA_GLOBS:
         found.update(p.relative_to(results).as_posix() for p in results.glob(pattern))
-    for required in (FINGERPRINT, CHECKOUT_PIN):
+    for required in (FINGERPRINT, CHECKOUT_PIN, CONTRACT):
         if not (results / required).is_file():
             raise KbfuseError(
                 f"{results / required} is missing: run `snakemake survey {FINGERPRINT_TARGET}`"

@@ -201,3 +201,19 @@ def test_written_contract_is_read_back_checked(tmp_path):
     out.write_text(json.dumps(bad))
     with pytest.raises(KbfuseError, match=r"field argument_order"):
         evaluator.read_contract_record(out)
+
+
+def test_the_study_refuses_a_pin_that_puts_the_candidate_first(tmp_path):
+    swapped = {EVAL: ("torch.allclose(output, output_new,", "torch.allclose(output_new, output,")}
+    root = checkout(tmp_path / "kb", swapped)
+    record = tmp_path / "checkout.json"
+    record.write_text(json.dumps({"commit": "c" * 40}))
+    out = tmp_path / "contract.json"
+    evaluator.write_contract(root, record, out)
+    message = (
+        r"calls torch\.allclose with the arguments \['candidate', 'reference'\] "
+        r"\(src/kernelbench/eval\.py:\d+ torch\.allclose\); the study's records take "
+        r"\['reference', 'candidate'\]"
+    )
+    with pytest.raises(KbfuseError, match=message):
+        evaluator.tolerance_of(out)

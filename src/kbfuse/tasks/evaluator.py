@@ -385,8 +385,21 @@ def write_contract(checkout, checkout_record, out) -> dict:
     return contract
 
 
+STUDY_ORDER = ["reference", "candidate"]
+
+
 def tolerance_of(path: str | os.PathLike) -> dict[str, float]:
     """{"atol", "rtol"} of the kernelbench_contract record at `path` (what the study's
-    correctness, controls and protocol stages judge with)."""
+    correctness, controls and protocol stages judge with). The study's case records call
+    `torch.allclose(reference, candidate)` official and the swapped reading historical
+    (kbfuse.checks.numerics): a pin whose evaluator puts the candidate first is refused here,
+    by name, rather than judged in the wrong order (the survey and the check follow either
+    order: kbfuse.checks.official.passes)."""
     contract = read_contract_record(path)
+    if list(contract["argument_order"]) != STUDY_ORDER:
+        raise KbfuseError(
+            f"{path}: the pinned evaluator calls torch.allclose with the arguments "
+            f"{contract['argument_order']} ({contract['argument_order_source']}); the study's "
+            f"records take {STUDY_ORDER} as the official order"
+        )
     return {"atol": float(contract["atol"]), "rtol": float(contract["rtol"])}

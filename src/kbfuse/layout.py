@@ -12,7 +12,10 @@ unfilled stays a Snakemake wildcard.
   results/benchmarks/<stage>.tsv;
 - TABLES: every summary table, in the order it is written, with what it holds and where the
   workflow report shows it. A table named `x` is built by `kbfuse.results.summary.x_table` and
-  captioned by workflow/report/x.rst; adding a table is one row here plus those two.
+  captioned by workflow/report/x.rst; adding a table is one row here plus those two. A table
+  marked `second_study` exists only in a study that is compared with the survey (a config with
+  `survey_summary`: the second fused study, kbfuse.workflow.studies), so the first study's
+  summary keeps exactly its tables.
 
 Kept free of torch and pandas so that the Snakefile can import it at parse time.
 """
@@ -83,10 +86,12 @@ FILES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Table:
-    """A summary table: one line saying what it holds, and its workflow-report category."""
+    """A summary table: one line saying what it holds, its workflow-report category, and
+    whether only the second study (a config with `survey_summary`) writes it."""
 
     description: str
     category: str
+    second_study: bool = False
 
 
 TABLES: dict[str, Table] = {
@@ -126,6 +131,16 @@ TABLES: dict[str, Table] = {
         "implementations gated out of timing (main and small shape), with reasons", "Bits"
     ),
     "environment": Table("the fingerprint of the machine that produced the results", "Environment"),
+    "contract": Table(
+        "task x variant: the numerical contract named, and whether every case holds it",
+        "Bits",
+        second_study=True,
+    ),
+    "prediction": Table(
+        "task x variant: end-to-end time beside the survey's prediction, tail vs copy floor",
+        "Time",
+        second_study=True,
+    ),
 }
 PLOT_CONTROL_BIT_EQUALITY = "control_bit_equality.png"
 PLOT_CATEGORY = "Plots"
@@ -152,14 +167,14 @@ def file(name: str, /, results: str | Path = RESULTS, **wildcards: Any) -> str:
     return _under(results, FILES[name], wildcards)
 
 
-def log(stage: str) -> str:
+def log(stage: str, results: str | Path = RESULTS) -> str:
     """A job's log file; `stage` names it, e.g. "timing/{task}"."""
-    return f"{RESULTS}/logs/{stage}.log"
+    return f"{Path(results).as_posix()}/logs/{stage}.log"
 
 
-def benchmark(stage: str) -> str:
+def benchmark(stage: str, results: str | Path = RESULTS) -> str:
     """A job's Snakemake benchmark file; `stage` as for `log`."""
-    return f"{RESULTS}/benchmarks/{stage}.tsv"
+    return f"{Path(results).as_posix()}/benchmarks/{stage}.tsv"
 
 
 def wildcards_of(pattern: str) -> list[str]:
@@ -208,9 +223,15 @@ def tail_plot_name(task: int) -> str:
     return f"tail_time_{task}.png"
 
 
+def study_tables(config: Mapping[str, Any]) -> list[str]:
+    """The names of the tables a study of `config` writes, in TABLES order."""
+    second = bool(config.get("survey_summary"))
+    return [name for name, table in TABLES.items() if second or not table.second_study]
+
+
 def summary_outputs(config: Mapping[str, Any]) -> list[str]:
     """File names (relative to the summary directory) that `write_summary` writes."""
-    names = [f"{table}.{ext}" for table in TABLES for ext in ("csv", "md")]
+    names = [f"{table}.{ext}" for table in study_tables(config) for ext in ("csv", "md")]
     names += [tail_plot_name(task) for task in config["tasks"]]
     names.append(PLOT_CONTROL_BIT_EQUALITY)
     return names

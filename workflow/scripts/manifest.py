@@ -3,4 +3,5 @@ from kbfuse.results.manifest import build_manifest
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "manifest"):
-    build_manifest(RESULTS, snakemake.input.files, snakemake.params.study, snakemake.output[0])
+    root = snakemake.params.get("root", RESULTS)
+    build_manifest(root, snakemake.input.files, snakemake.params.study, snakemake.output[0])

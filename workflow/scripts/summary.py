@@ -5,4 +5,5 @@ from kbfuse.results.summary import write_summary
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "summary"):
-    write_summary(RESULTS, snakemake.params.study, Path(snakemake.output[0]).parent)
+    root = snakemake.params.get("root", RESULTS)
+    write_summary(root, snakemake.params.study, Path(snakemake.output[0]).parent)

@@ -47,6 +47,9 @@ class StudyResults:
     margin_audit: dict = field(default_factory=dict)
     direction_witness: dict = field(default_factory=dict)
     paths: dict[tuple, Path] = field(default_factory=dict)
+    # The survey's rows of the study's tasks in its numerics mode (the second study only:
+    # config `survey_summary`; kbfuse.results.prediction).
+    survey: dict[int, dict] = field(default_factory=dict)
 
     @property
     def tasks(self) -> list[int]:
@@ -109,7 +112,22 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
             key = tuple(where) if len(where) > 1 else where[0]
             getattr(res, _BY_TASK_OR_VARIANT[kind])[key] = data
     check_provenance(res)
+    if config.get("survey_summary"):
+        res.survey = survey_of(config)
     return res
+
+
+def survey_of(config: Mapping[str, Any]) -> dict[int, dict]:
+    """The survey's rows of the study's tasks, in the study's numerics mode; KbfuseError
+    naming a task the survey has no row for."""
+    from kbfuse.results.prediction import read_survey_rows, survey_table
+
+    folder, mode = config["survey_summary"], config["numerics"]
+    rows = read_survey_rows(folder, mode)
+    missing = [task for task in config["tasks"] if int(task) not in rows]
+    if missing:
+        raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {missing}")
+    return {int(task): rows[int(task)] for task in config["tasks"]}
 
 
 # ---------------------------------------------------------------- provenance

@@ -64,6 +64,7 @@ if "survey" in config:
 # does): `snakemake fused2`, results under results/fused2/.
 if "fused2" in config:
 
+    include: "workflow/rules/fused2_common.smk"
     include: "workflow/rules/fused2.smk"
 
 

@@ -2,13 +2,6 @@
 # fused2_<rule> with the `fused2` block's config (kbfuse.workflow.studies.fused2_config) and
 # its paths under results/fused2/. The scripts are the same; only what the rules hand them
 # differs. `snakemake --cores 16 fused2` runs it all.
-from kbfuse.results.prediction import survey_table
-from kbfuse.workflow.studies import FUSED2_ROOT, StudyFiles, fused2_config
-
-FUSED2_CONFIG = fused2_config(config)
-F2 = StudyFiles(FUSED2_CONFIG, FUSED2_ROOT)
-F2_TASKS = "|".join(str(t) for t in F2.tasks)
-F2_VARIANTS = "|".join(F2.variants)
 
 
 # As the first study's: on a cluster these run on the submitting host (profiles/slurm).
@@ -21,65 +14,6 @@ localrules:
     fused2_summary,
     fused2_manifest,
     fused2_bundle,
-
-
-def f2_variant_spec(wildcards):
-    return _variant_spec(FUSED2_CONFIG, wildcards.variant)
-
-
-def f2_variant_source(wildcards):
-    return f"kernels/{f2_variant_spec(wildcards)['kernel']}.cu"
-
-
-def f2_variant_headers(wildcards):
-    return [str(path) for path in included_headers(f2_variant_source(wildcards))]
-
-
-def f2_compiles_without_gpu(variant):
-    route = ROUTES[FUSED2_CONFIG["variants"][variant]["route"]]
-    return FUSED2_CONFIG["arch"] != "auto" and not route.needs_gpu_to_compile
-
-
-def f2_compile_gpu(wildcards):
-    return 0 if f2_compiles_without_gpu(wildcards.variant) else 1
-
-
-def f2_artifacts(wildcards=None):
-    return F2.artifacts()
-
-
-def f2_correctness(wildcards):
-    return F2.correctness_files(wildcards.task)
-
-
-def f2_outputs_by_variant(wildcards, output):
-    return dict(zip(F2.variants, output, strict=True))
-
-
-def f2_task_inputs(wildcards):
-    return {
-        "checkout": layout.file("checkout"),
-        "pin": F2.task_pin(wildcards.task),
-        "contract": F2.record("kernelbench_contract"),
-    }
-
-
-def f2_timed_inputs(wildcards, *modules):
-    return {
-        **f2_task_inputs(wildcards),
-        "artifacts": F2.artifact_files(),
-        "correctness": list(F2.correctness_files(wildcards.task).values()),
-        "baselines": F2.record("correctness_baselines", task=wildcards.task),
-        "code": module_files(*modules),
-    }
-
-
-def f2_timing_inputs(wildcards):
-    return f2_timed_inputs(wildcards, "timing.timing")
-
-
-def f2_controls_inputs(wildcards):
-    return f2_timed_inputs(wildcards, "checks.controls", "tasks.evaluator")
 
 
 use rule kernelbench_task as fused2_kernelbench_task with:
@@ -121,13 +55,13 @@ use rule compile_variant as fused2_compile_variant with:
         F2.log("compile/{variant}"),
     benchmark:
         F2.benchmark("compile/{variant}")
+    wildcard_constraints:
+        variant=F2_VARIANTS,
     resources:
         gpu=f2_compile_gpu,
     params:
         spec=f2_variant_spec,
         arch=FUSED2_CONFIG["arch"],
-    wildcard_constraints:
-        variant=F2_VARIANTS,
 
 
 use rule verify_variants as fused2_verify_variants with:
@@ -167,6 +101,8 @@ use rule correctness_variants as fused2_correctness_variants with:
         F2.log("correctness/{task}/variants"),
     benchmark:
         F2.benchmark("correctness/{task}/variants")
+    wildcard_constraints:
+        task=F2_TASKS,
     params:
         artifacts=f2_artifacts,
         outputs=f2_outputs_by_variant,
@@ -174,8 +110,6 @@ use rule correctness_variants as fused2_correctness_variants with:
         distributions=FUSED2_CONFIG["distributions"],
         input_seed=FUSED2_CONFIG["timing"]["input_seed"],
         numerics=FUSED2_CONFIG["numerics"],
-    wildcard_constraints:
-        task=F2_TASKS,
 
 
 use rule correctness_baselines as fused2_correctness_baselines with:
@@ -188,13 +122,13 @@ use rule correctness_baselines as fused2_correctness_baselines with:
         F2.log("correctness/{task}/baselines"),
     benchmark:
         F2.benchmark("correctness/{task}/baselines")
+    wildcard_constraints:
+        task=F2_TASKS,
     params:
         seeds=FUSED2_CONFIG["seeds"],
         distributions=FUSED2_CONFIG["distributions"],
         input_seed=FUSED2_CONFIG["timing"]["input_seed"],
         numerics=FUSED2_CONFIG["numerics"],
-    wildcard_constraints:
-        task=F2_TASKS,
 
 
 use rule timing as fused2_timing with:
@@ -206,14 +140,14 @@ use rule timing as fused2_timing with:
         F2.log("timing/{task}"),
     benchmark:
         F2.benchmark("timing/{task}")
+    wildcard_constraints:
+        task=F2_TASKS,
     params:
         artifacts=f2_artifacts,
         correctness=f2_correctness,
         baselines=FUSED2_CONFIG["baselines"],
         protocol=FUSED2_CONFIG["timing"],
         numerics=FUSED2_CONFIG["numerics"],
-    wildcard_constraints:
-        task=F2_TASKS,
 
 
 use rule controls as fused2_controls with:
@@ -225,6 +159,8 @@ use rule controls as fused2_controls with:
         F2.log("controls/{task}"),
     benchmark:
         F2.benchmark("controls/{task}")
+    wildcard_constraints:
+        task=F2_TASKS,
     params:
         artifacts=f2_artifacts,
         correctness=f2_correctness,
@@ -232,8 +168,6 @@ use rule controls as fused2_controls with:
         controls=FUSED2_CONFIG["controls"],
         protocol=FUSED2_CONFIG["timing"],
         numerics=FUSED2_CONFIG["numerics"],
-    wildcard_constraints:
-        task=F2_TASKS,
 
 
 use rule direction_witness as fused2_direction_witness with:
@@ -268,7 +202,6 @@ use rule summary as fused2_summary with:
         F2.log("summary/summary"),
     params:
         study=recorded_config(FUSED2_CONFIG),
-        root=FUSED2_ROOT,
 
 
 use rule manifest as fused2_manifest with:
@@ -281,7 +214,6 @@ use rule manifest as fused2_manifest with:
         F2.log("manifest/manifest"),
     params:
         study=recorded_config(FUSED2_CONFIG),
-        root=FUSED2_ROOT,
 
 
 use rule bundle as fused2_bundle with:
@@ -293,8 +225,6 @@ use rule bundle as fused2_bundle with:
         F2.file("bundle"),
     log:
         F2.log("manifest/bundle"),
-    params:
-        root=FUSED2_ROOT,
 
 
 rule fused2:

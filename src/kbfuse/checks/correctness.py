@@ -122,13 +122,15 @@ def check_request(
         checked_tolerance[key] = float(value)
     if isinstance(input_seed, bool) or not isinstance(input_seed, int) or input_seed < 0:
         raise KbfuseError(f"input_seed must be a non-negative integer, got {input_seed!r}")
-    return {
+    request = {
         "seeds": [int(s) for s in seeds],
         "distributions": check_distributions(distributions),
         "tolerance": checked_tolerance,
         "input_seed": int(input_seed),
-        "numerics": check_numerics_mode(numerics),
     }
+    if numerics is not None:
+        request["numerics"] = check_numerics_mode(numerics)
+    return request
 
 
 def check_numerics_mode(mode: Any) -> str | None:
@@ -155,7 +157,7 @@ def _load(task: int, checkout, pin_path, request: dict, progress: Progress):
     spec = load_task(checkout, read_pin(pin_path), task)
     if not torch.cuda.is_available():
         raise KbfuseError(f"correctness of task {task} needs a CUDA GPU, but torch sees none")
-    numerics = baselines.set_numerics(request["numerics"])
+    numerics = baselines.set_numerics(request.get("numerics"))
     model = build_model(spec, seed=request["input_seed"], device="cuda")
     progress(
         f"task {task} ({spec.name}, sha256 {spec.sha256[:12]}, pin {spec.pin_commit[:12]}): "

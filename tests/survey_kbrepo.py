@@ -83,7 +83,7 @@ class Model(nn.Module):
         self.linear = nn.Linear(in_features, out_features)
 
     def forward(self, x):
-        x = self.library(x)
+        x = self.linear(x)
         peak = float(x.abs().max().item())
         return x / peak
 

@@ -36,7 +36,7 @@ class Model(nn.Module):
         self.multiply_value = multiply_value
 
     def forward(self, x):
-        x = self.library(x)
+        x = self.linear(x)
         x = x - self.subtract_value
         x = x * self.multiply_value
         x = torch.relu(x)

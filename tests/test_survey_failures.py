@@ -33,7 +33,7 @@ class Model(nn.Module):
         self.linear = nn.Linear(n, n)
 
     def forward(self, x):
-        return self.library(x[:, :3])
+        return self.linear(x[:, :3])
 
 def get_inputs():
     return [torch.rand(2, 4)]

@@ -247,8 +247,8 @@ def test_an_unknown_key_is_named_without_dumping_the_config():
     message = str(err.value)
     assert message == (
         "invalid config:\n  config key colour: unknown key (known here: kernelbench, tasks, "
-        "seeds, distributions, arch, variants, nvrtc_versions, baselines, timing, "
-        "check, controls, survey)"
+        "seeds, distributions, arch, variants, nvrtc_versions, baselines, numerics, "
+        "survey_summary, timing, check, controls, fused2, survey)"
     )
     with pytest.raises(KbfuseError, match=r"config key timing\.rounds_: unknown key \(known"):
         checked(overridden("timing={rounds_: 3}"))

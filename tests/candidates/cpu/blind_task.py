@@ -12,7 +12,7 @@ class Model(nn.Module):
         self.linear = nn.Linear(in_features, out_features)
 
     def forward(self, x):
-        x = self.library(x)
+        x = self.linear(x)
         x = x - x.mean(dim=1, keepdim=True)
         return x.mean(dim=1, keepdim=True)
 

@@ -39,7 +39,9 @@ def test_kernel_names_come_from_the_tail_tasks():
         expected = (tail.kernel,) if tail.stage_kernel is None else (tail.kernel, "stage65")
         assert tail.kernels() == expected
         assert tasks.kernel_names([task]) == (*tail.kernels(), tasks.WITNESS_KERNEL)
-        assert (tail.stage_kernel is not None) == (task in tasks.STAGED_TASKS) == (not tail.pointwise)
+        assert (
+            (tail.stage_kernel is not None) == (task in tasks.STAGED_TASKS) == (not tail.pointwise)
+        )
 
 
 def _study_sources() -> dict[str, tuple]:

@@ -348,7 +348,9 @@ class ReductionCase:
         self.eager = eager
         self.name = name
         self.group = group
-        self.stage_reference = tail.stage_reference(where.model, where.y)
+        reduction = tail.reduction(where.model, where.y)
+        self.stage_reference = reduction.stage
+        self.reduction64 = reduction.again(reduction.stage.double())
         model64 = copy.deepcopy(where.model).double()
         with torch.no_grad():
             self.tail64 = tail.reference(model64, where.y.double())
@@ -359,16 +361,18 @@ class ReductionCase:
         stage = contract.stage_comparison(
             self.stage_reference, subject.stage(self.where.y), f"{self.name}/stage"
         )
-        task = None
-        if self.task64 is not None:
-            task = contract.float64_comparison(self.task64, self.eager, candidate, "float64_task")
-        tail = contract.float64_comparison(self.tail64, self.eager, candidate, "float64_tail")
-        return contract.reduction_case(self.name, self.group, stage, tail, task)
+        compare = functools.partial(
+            contract.float64_comparison, eager=self.eager, candidate=candidate
+        )
+        reduction = compare(self.reduction64, name="float64_reduction")
+        tail = compare(self.tail64, name="float64_tail")
+        task = None if self.task64 is None else compare(self.task64, name="float64_task")
+        return contract.reduction_case(self.name, self.group, stage, reduction, tail, task)
 
     @staticmethod
     def say(record: dict) -> str:
         parts = [f"stage bit_equal {record['stage']['bit_equal']}/{record['stage']['elements']}"]
-        for key in ("float64_tail", "float64_task"):
+        for key in ("float64_reduction", "float64_tail", "float64_task"):
             if record[key] is not None:
                 parts.append(
                     f"{key} error {record[key]['candidate_max_abs_error']:.3g} "

@@ -43,7 +43,7 @@ _INT_COLUMNS = frozenset(
     nonfinite_candidate nonfinite_mismatch weight_sets unwritten first_n others_n
     replays_per_pair balanced_rounds ptx_ftz twin_ptx_ftz sass_ftz twin_sass_ftz
     exhaustive_differ twin_exhaustive_differ cases_checked stage_elements stage_bit_equal
-    height width""")
+    height width tail_no_worse_cases tail_cases task_no_worse_cases task_cases""")
 )
 _TOTAL_COLUMNS = _names("""cases official_passes bit_identical_cases elements elements_bit_equal
     max_abs_diff max_ratio_official max_ratio_historical historical_passes
@@ -648,15 +648,19 @@ def environment_table(res: StudyResults) -> pd.DataFrame:
 
 _CONTRACT_TABLE_COLUMNS = _names("""task variant kernel contract holds correctness_holds
     cases_checked failing_cases exhaustive_differ stage_elements stage_bit_equal
-    float64_tail_worst_ratio float64_task_worst_ratio description""")
+    reduction_worst_ratio tail_no_worse_cases tail_cases task_no_worse_cases task_cases
+    description""")
 
 
 def contract_table(res: StudyResults) -> pd.DataFrame:
     """Per task x variant: the contract its tail names (kbfuse.checks.contract) and whether it
     holds: on every correctness case, and for a pointwise tail also on every float32 input (the
-    controls' exhaustive count). Ratios: the largest kernel error over eager's against each
-    float64 reference (<= 1 everywhere is the contract)."""
-    from kbfuse.checks.contract import worst_margin
+    controls' exhaustive count). A reducing tail's columns: its element-wise stages' bits, the
+    largest kernel error over eager's against the deciding float64 reference (<= 1 on every
+    case is the contract), and on how many cases the kernel is no worse than eager against
+    the wider references (the tail, the whole task in float64), which are measured, not
+    decisive."""
+    from kbfuse.checks.contract import DECIDING_REFERENCE, no_worse_count, worst_margin
 
     rows = []
     for (task, v), corr in res.correctness.items():
@@ -664,28 +668,31 @@ def contract_table(res: StudyResults) -> pd.DataFrame:
         if block is None:
             continue
         exhaustive = res.controls.get(task, {}).get("exhaustive", {}).get(v)
-        stage = [c["stage"] for c in block["cases"]]
+        cases = block["cases"]
+        stage = [c["stage"] for c in cases]
         holds = bool(block["passed"])
         if block["name"] == "bit-identical":
             holds = holds and exhaustive is not None and bool(exhaustive["bit_identical"])
-        rows.append(
-            {
-                "task": task,
-                "variant": v,
-                "kernel": res.compile_meta[v]["kernel"],
-                "contract": block["name"],
-                "holds": holds,
-                "correctness_holds": bool(block["passed"]),
-                "cases_checked": int(block["cases_checked"]),
-                "failing_cases": ", ".join(block["failing"]),
-                "exhaustive_differ": int(exhaustive["differ"]) if exhaustive else None,
-                "stage_elements": sum(int(c["elements"]) for c in stage) if stage else None,
-                "stage_bit_equal": sum(int(c["bit_equal"]) for c in stage) if stage else None,
-                "float64_tail_worst_ratio": worst_margin(block["cases"], "float64_tail"),
-                "float64_task_worst_ratio": worst_margin(block["cases"], "float64_task"),
-                "description": block["description"],
-            }
-        )
+        row = {
+            "task": task,
+            "variant": v,
+            "kernel": res.compile_meta[v]["kernel"],
+            "contract": block["name"],
+            "holds": holds,
+            "correctness_holds": bool(block["passed"]),
+            "cases_checked": int(block["cases_checked"]),
+            "failing_cases": ", ".join(block["failing"]),
+            "exhaustive_differ": int(exhaustive["differ"]) if exhaustive else None,
+            "stage_elements": sum(int(c["elements"]) for c in stage) if stage else None,
+            "stage_bit_equal": sum(int(c["bit_equal"]) for c in stage) if stage else None,
+            "reduction_worst_ratio": worst_margin(cases, DECIDING_REFERENCE),
+            "description": block["description"],
+        }
+        for prefix, reference in (("tail", "float64_tail"), ("task", "float64_task")):
+            no_worse, compared = no_worse_count(cases, reference)
+            row[f"{prefix}_no_worse_cases"] = no_worse if compared else None
+            row[f"{prefix}_cases"] = compared if compared else None
+        rows.append(row)
     return _frame(rows, _CONTRACT_TABLE_COLUMNS)
 
 

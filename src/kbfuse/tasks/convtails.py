@@ -40,11 +40,12 @@ from torch import nn
 from kbfuse.errors import KbfuseError
 from kbfuse.tasks.tailbase import (
     FLOAT32_BYTES,
+    ReductionCall,
     Tail,
     check_dense_float32,
     check_same_device,
     pointer,
-    reduction_input,
+    reduction_call,
     shape_list,
     ulp_window,
 )
@@ -298,9 +299,13 @@ class ConvBiasAvgPoolSigmoidSumTail(ConvBiasTail):
     def launch_items(self, y) -> int:
         return int(y.shape[0]) * int(y.shape[1])
 
+    def reduction(self, model, y: torch.Tensor) -> ReductionCall:
+        """The pinned forward's sum on `y`, as it calls it (its stage and its dims)."""
+        return reduction_call(self.tail_module(model), y, REDUCTIONS)
+
     def stage_reference(self, model, y: torch.Tensor) -> torch.Tensor:
         """Eager's element-wise stage on `y`: the tensor the pinned forward hands its sum."""
-        return reduction_input(self.tail_module(model), y, REDUCTIONS)
+        return self.reduction(model, y).stage
 
     def stage_items(self, model, y) -> int:
         return int(np.prod(self.stage_shape(model, y)))

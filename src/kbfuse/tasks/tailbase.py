@@ -281,30 +281,48 @@ class Tail:
 
 
 class _FirstCallCapture(torch.overrides.TorchFunctionMode):
-    """Records the first tensor argument of the first call to one of `functions`."""
+    """Records the first call to one of `functions` with a tensor first argument."""
 
     def __init__(self, functions: tuple):
         super().__init__()
         self.functions = functions
-        self.captured: torch.Tensor | None = None
+        self.call: tuple | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if self.captured is None and func in self.functions and args:
-            self.captured = args[0]
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if self.call is None and func in self.functions and args:
+            self.call = (func, args, kwargs)
+        return func(*args, **kwargs)
 
 
-def reduction_input(module: nn.Module, y: torch.Tensor, functions: tuple) -> torch.Tensor:
-    """The tensor `module`'s forward hands the first call to one of `functions` (e.g.
-    torch.sum) when run on `y`: a reducing tail's element-wise stage exactly as eager computed
-    it, read off the pinned forward itself rather than restated."""
+@dataclass(frozen=True)
+class ReductionCall:
+    """The reduction a forward starts (e.g. `torch.sum(x, dim=[1, 2, 3])`): its function, the
+    tensor it was handed (the element-wise stage, as eager computed it) and its other
+    arguments, so that the same reduction can run again on another tensor."""
+
+    function: Any
+    stage: torch.Tensor
+    args: tuple
+    kwargs: dict
+
+    def again(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.function(x, *self.args, **self.kwargs)
+
+
+def reduction_call(module: nn.Module, y: torch.Tensor, functions: tuple) -> ReductionCall:
+    """The first call to one of `functions` (e.g. torch.sum) that `module`'s forward makes on
+    `y`: a reducing tail's element-wise stage and its reduction exactly as the pinned forward
+    writes them, read off the forward itself rather than restated."""
     capture = _FirstCallCapture(functions)
     with torch.no_grad(), capture:
         module(y)
-    if not isinstance(capture.captured, torch.Tensor):
+    if capture.call is None or not isinstance(capture.call[1][0], torch.Tensor):
         names = ", ".join(getattr(f, "__name__", str(f)) for f in functions)
         raise KbfuseError(f"the tail's forward called none of {names} on a tensor")
-    return capture.captured
+    function, args, kwargs = capture.call
+    return ReductionCall(function, args[0], tuple(args[1:]), dict(kwargs))
 
 
 def check_dense_float32_tensor(t, name: str, *, require_cuda: bool) -> None:

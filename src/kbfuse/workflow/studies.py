@@ -139,8 +139,7 @@ class StudyFiles:
     def artifacts(self, variants: Iterable[str] | None = None) -> dict[str, tuple[str, str]]:
         chosen = self.variants if variants is None else list(variants)
         return {
-            v: (self.file("artifact", variant=v), self.record("compile", variant=v))
-            for v in chosen
+            v: (self.file("artifact", variant=v), self.record("compile", variant=v)) for v in chosen
         }
 
     def artifact_files(self, variants: Iterable[str] | None = None) -> list[str]:

@@ -109,7 +109,7 @@ use rule correctness_variants as fused2_correctness_variants with:
         seeds=FUSED2_CONFIG["seeds"],
         distributions=FUSED2_CONFIG["distributions"],
         input_seed=FUSED2_CONFIG["timing"]["input_seed"],
-        numerics=FUSED2_CONFIG["numerics"],
+        numerics=f2_numerics,
 
 
 use rule correctness_baselines as fused2_correctness_baselines with:
@@ -128,7 +128,7 @@ use rule correctness_baselines as fused2_correctness_baselines with:
         seeds=FUSED2_CONFIG["seeds"],
         distributions=FUSED2_CONFIG["distributions"],
         input_seed=FUSED2_CONFIG["timing"]["input_seed"],
-        numerics=FUSED2_CONFIG["numerics"],
+        numerics=f2_numerics,
 
 
 use rule timing as fused2_timing with:
@@ -147,7 +147,7 @@ use rule timing as fused2_timing with:
         correctness=f2_correctness,
         baselines=FUSED2_CONFIG["baselines"],
         protocol=FUSED2_CONFIG["timing"],
-        numerics=FUSED2_CONFIG["numerics"],
+        numerics=f2_numerics,
 
 
 use rule controls as fused2_controls with:
@@ -167,7 +167,7 @@ use rule controls as fused2_controls with:
         baselines=FUSED2_CONFIG["baselines"],
         controls=FUSED2_CONFIG["controls"],
         protocol=FUSED2_CONFIG["timing"],
-        numerics=FUSED2_CONFIG["numerics"],
+        numerics=f2_numerics,
 
 
 use rule direction_witness as fused2_direction_witness with:
@@ -190,11 +190,11 @@ use rule margin_audit as fused2_margin_audit with:
         F2.log("protocol/margin_audit"),
 
 
-# The survey table the prediction reads is an input: a new survey reruns the summary.
+# The survey tables the prediction reads are inputs: a new survey reruns the summary.
 use rule summary as fused2_summary with:
     input:
         results=layout.summary_inputs(FUSED2_CONFIG, FUSED2_ROOT),
-        survey=survey_table(FUSED2_CONFIG["survey_summary"], FUSED2_CONFIG["numerics"]),
+        survey=f2_survey_tables(),
         code=module_files("results.summary", "results.plots", "results.prediction"),
     output:
         F2.summary_files(),

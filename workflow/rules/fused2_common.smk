@@ -2,7 +2,7 @@
 # (kbfuse.workflow.studies.fused2_config), its paths (StudyFiles, under results/fused2/) and
 # the input and param functions its rules use, as common.smk's are the first study's.
 from kbfuse.results.prediction import survey_table
-from kbfuse.workflow.studies import FUSED2_ROOT, StudyFiles, fused2_config
+from kbfuse.workflow.studies import FUSED2_ROOT, StudyFiles, fused2_config, numerics_for
 
 FUSED2_CONFIG = fused2_config(config)
 F2 = StudyFiles(FUSED2_CONFIG, FUSED2_ROOT)
@@ -67,3 +67,14 @@ def f2_timing_inputs(wildcards):
 
 def f2_controls_inputs(wildcards):
     return f2_timed_inputs(wildcards, "checks.controls", "tasks.evaluator")
+
+
+def f2_numerics(wildcards):
+    """The numerics mode the job's task runs in (config fused2.numerics)."""
+    return numerics_for(FUSED2_CONFIG, wildcards.task)
+
+
+def f2_survey_tables():
+    """The survey tables of the modes the study's tasks run in."""
+    modes = dict.fromkeys(numerics_for(FUSED2_CONFIG, task) for task in F2.tasks)
+    return [survey_table(FUSED2_CONFIG["survey_summary"], mode) for mode in modes]

@@ -118,16 +118,20 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
 
 
 def survey_of(config: Mapping[str, Any]) -> dict[int, dict]:
-    """The survey's rows of the study's tasks, in the study's numerics mode; KbfuseError
-    naming a task the survey has no row for."""
+    """The survey's row of each of the study's tasks, in the numerics mode the study runs it
+    in (with the mode, `numerics`); KbfuseError naming a task the survey has no row for."""
     from kbfuse.results.prediction import read_survey_rows, survey_table
+    from kbfuse.workflow.studies import numerics_for
 
-    folder, mode = config["survey_summary"], config["numerics"]
-    rows = read_survey_rows(folder, mode)
-    missing = [task for task in config["tasks"] if int(task) not in rows]
-    if missing:
-        raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {missing}")
-    return {int(task): rows[int(task)] for task in config["tasks"]}
+    folder = config["survey_summary"]
+    found = {}
+    for task in config["tasks"]:
+        mode = numerics_for(config, task)
+        rows = read_survey_rows(folder, mode)
+        if int(task) not in rows:
+            raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {task}")
+        found[int(task)] = {**rows[int(task)], "numerics": mode}
+    return found
 
 
 # ---------------------------------------------------------------- provenance

@@ -711,9 +711,8 @@ def prediction_table(res: StudyResults) -> pd.DataFrame:
     gbps = copy_floor_gbps(res)
     rows = []
     for task, tim in res.timing.items():
-        rows += prediction_rows(
-            task, res.config["numerics"], res.survey[task], tim, res.variants, gbps
-        )
+        survey = res.survey[task]
+        rows += prediction_rows(task, survey["numerics"], survey, tim, res.variants, gbps)
     return _frame(rows, _PREDICTION_COLUMNS)
 
 

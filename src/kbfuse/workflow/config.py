@@ -354,9 +354,9 @@ def _study_problems(config: Mapping[str, Any], kernels_dir: Path, key: str = "")
     """What the schema cannot say about one study (the top level, or the `fused2.` block):
     options against their route, the kernel sources, the kernels they define for the study's
     tasks, the small shape's sizes for its tasks' library op, the tiny-value range."""
-    from kbfuse.workflow.studies import kernel_problems
+    from kbfuse.workflow.studies import kernel_problems, numerics_problems
 
-    problems: list[str] = []
+    problems: list[str] = numerics_problems(config, key)
     for name, spec in config["variants"].items():
         route, options = spec["route"], list(spec["options"])
         for problem in option_problems(route, options):

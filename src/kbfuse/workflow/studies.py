@@ -82,6 +82,35 @@ def fused2_config(config: Mapping[str, Any]) -> dict | None:
     return study
 
 
+def numerics_for(config: Mapping[str, Any], task) -> str | None:
+    """The numerics mode a study runs `task` in: its `numerics`, one mode for every task or a
+    mapping task -> mode; None (strict FP32 as the first study records it) when it names
+    none. KbfuseError when a mapping leaves the task out."""
+    numerics = config.get("numerics")
+    if numerics is None or isinstance(numerics, str):
+        return numerics
+    try:
+        return numerics[str(int(task))]
+    except KeyError:
+        raise KbfuseError(
+            f"config key numerics: names no mode for task {task} (it names {sorted(numerics)})"
+        ) from None
+
+
+def numerics_problems(config: Mapping[str, Any], key: str = "") -> list[str]:
+    """A per-task numerics mapping must name exactly the study's tasks."""
+    numerics = config.get("numerics")
+    if not isinstance(numerics, Mapping):
+        return []
+    tasks = {str(t) for t in config["tasks"]}
+    if set(numerics) == tasks:
+        return []
+    return [
+        f"config key {key}numerics: names tasks {sorted(numerics, key=int)}, the study runs "
+        f"{sorted(tasks, key=int)}"
+    ]
+
+
 def defined_kernels(text: str) -> set[str]:
     """The `extern "C" __global__` kernels a translation unit defines, by name."""
     return set(_KERNEL.findall(text))

@@ -234,3 +234,14 @@ def test_the_correctness_stage_records_the_contract(pinned, artifacts, tmp_path)
                 assert all(c["float64_reduction"]["no_worse"] for c in cases)
     finally:
         baselines.set_numerics()
+
+
+def test_verify_measures_the_ftz_of_second_study_artifacts(artifacts, tmp_path):
+    """The witness alone: a second-study source has no task-81 tail to load."""
+    from kbfuse.checks.verify import verify_variants
+
+    outs = {name: tmp_path / f"{name}.json" for name in artifacts}
+    records = verify_variants(artifacts, tmp_path, None, outs, tmp_path / "verify.log")
+    for name, record in records.items():
+        assert record["effective_ftz"] is name.endswith("-ftz"), name
+        assert not record["mismatch"] and record["task81"] == []

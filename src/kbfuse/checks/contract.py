@@ -47,6 +47,7 @@ import torch
 
 from kbfuse.checks.numerics import bit_equal_count
 from kbfuse.errors import KbfuseError
+from kbfuse.io import as_float
 
 BIT_IDENTICAL = "bit-identical"
 REDUCTION_FLOAT64 = "reduction-float64"
@@ -73,13 +74,14 @@ def describe(name: str) -> str:
 
 def max_abs_error(reference: torch.Tensor, result: torch.Tensor) -> float:
     """The largest |result - reference| over the finite positions of `reference`, in float64
-    (0.0 when there are none); inf where `result` is not finite there."""
+    (0.0 when there are none); inf where `result` is not finite (NaN included) there."""
     ref = reference.detach().to(torch.float64)
     res = result.detach().to(torch.float64)
     finite = torch.isfinite(ref)
     if not bool(finite.any()):
         return 0.0
-    return float((res[finite] - ref[finite]).abs().max())
+    error = (res[finite] - ref[finite]).abs()
+    return float(torch.where(torch.isnan(error), math.inf, error).max())
 
 
 def nonfinite_positions_match(eager: torch.Tensor, candidate: torch.Tensor) -> bool:
@@ -195,9 +197,11 @@ def worst_margin(contract_cases: Sequence[Mapping], reference: str) -> float:
         comparison = case.get(reference)
         if not comparison:
             continue
-        eager, cand = comparison["eager_max_abs_error"], comparison["candidate_max_abs_error"]
+        # as written to JSON too: non-finite errors are the strings "inf" and "nan"
+        eager = as_float(comparison["eager_max_abs_error"])
+        cand = as_float(comparison["candidate_max_abs_error"])
         if eager > 0:
-            ratios.append(cand / eager)
+            ratios.append(cand / eager if math.isfinite(eager) else float(math.isinf(cand)))
         elif cand > 0:
             ratios.append(math.inf)
     return max(ratios) if ratios else math.nan

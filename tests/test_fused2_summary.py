@@ -8,7 +8,6 @@ stand for no run.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest

@@ -126,7 +126,7 @@ def survey_of(config: Mapping[str, Any]) -> dict[int, dict]:
     folder = config["survey_summary"]
     found = {}
     for task in config["tasks"]:
-        mode = numerics_for(config, task)
+        mode = numerics_for(config, task) or "strict"  # none named: strict FP32
         rows = read_survey_rows(folder, mode)
         if int(task) not in rows:
             raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {task}")

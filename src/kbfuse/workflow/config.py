@@ -357,6 +357,7 @@ def _study_problems(config: Mapping[str, Any], kernels_dir: Path, key: str = "")
     from kbfuse.workflow.studies import kernel_problems, numerics_problems
 
     problems: list[str] = numerics_problems(config, key)
+    sources: list[str] = []
     for name, spec in config["variants"].items():
         route, options = spec["route"], list(spec["options"])
         for problem in option_problems(route, options):
@@ -366,9 +367,9 @@ def _study_problems(config: Mapping[str, Any], kernels_dir: Path, key: str = "")
                 f"config key {key}variants.{name}.nvrtc: {spec['nvrtc']!r} applies only to the "
                 f"routes {list(NVRTC_ROUTES)}, not {route!r}"
             )
-        problems += _kernel_problems(name, spec.get("kernel", "naive"), kernels_dir, key)
-    if not problems:
-        problems += kernel_problems(config, kernels_dir, key)
+        sources += _kernel_problems(name, spec.get("kernel", "naive"), kernels_dir, key)
+    # which kernels a source defines, once every source loads
+    problems += sources or kernel_problems(config, kernels_dir, key)
     problems += _small_shape_problems(config, key)
     tiny = config["controls"]["tiny_values"]
     if not tiny["low"] < tiny["high"]:

@@ -17,7 +17,7 @@ from kbfuse import layout
 from kbfuse.checks import contract
 from kbfuse.errors import KbfuseError
 from kbfuse.results import prediction
-from kbfuse.results.study import StudyResults, survey_of
+from kbfuse.results.study import StudyResults, survey_rows_of
 from kbfuse.results.tables import contract_table, prediction_table
 from kbfuse.tasks.tails import tail_for
 from kbfuse.workflow.config import load_config
@@ -51,7 +51,7 @@ def test_only_the_second_study_writes_the_contract_and_prediction_tables(configs
 
 def test_the_survey_rows_of_the_second_study(configs):
     _, second = configs
-    rows = survey_of(second)
+    rows = prediction.survey_rows(second)
     assert list(rows) == [4, 65]
     # each task in its mode (config fused2.numerics): 4 in KernelBench's defaults, 65 strict
     assert rows[4] == {
@@ -78,7 +78,7 @@ def test_a_missing_survey_is_named(tmp_path, configs):
         "task,best_compiled,best_ms,library_ms,outside_ms\n1,inductor,2.0,1.0,1.0\n"
     )
     with pytest.raises(KbfuseError, match=r"has no row for 4"):
-        survey_of({**second, "survey_summary": str(tmp_path), "numerics": "strict"})
+        prediction.survey_rows({**second, "survey_summary": str(tmp_path), "numerics": "strict"})
 
 
 def measurement(median_ms: float) -> dict:
@@ -107,7 +107,7 @@ def timing_record(tail_bytes: int) -> dict:
 
 def test_prediction_rows_put_the_measured_time_beside_the_surveys(configs):
     _, second = configs
-    survey = survey_of(second)[4]
+    survey = prediction.survey_rows(second)[4]
     y = torch.empty(64, 128, 254, 254, device="meta")  # task 4's library output at the pin
     tail_bytes = tail_for(4).bytes_moved(y)
     assert tail_bytes == 2 * 4 * 64 * 128 * 254 * 254 + 4 * 128
@@ -207,7 +207,7 @@ def test_the_prediction_table_reads_every_timed_variant(configs):
         contract={},
         timing={65: timing_record(tail_for(65).bytes_moved(y65))},
         paths={("env",): Path("env/fingerprint.json")},
-        survey=survey_of(second),
+        survey=prediction.survey_rows(second),
     )
     (row,) = prediction_table(res).to_dict("records")
     assert row["task"] == 65 and row["numerics"] == "strict"
@@ -216,3 +216,38 @@ def test_the_prediction_table_reads_every_timed_variant(configs):
     assert row["predicted_speedup"] == pytest.approx(
         11.319039821624756 / (5.977967333333334 + row["floor_ms"])
     )
+
+
+def test_the_survey_rows_record_holds_what_the_prediction_reads(configs, tmp_path):
+    from kbfuse.io import read_json, sha256_file
+    from kbfuse.results.records import validate_record
+
+    _, second = configs
+    out = tmp_path / "prediction" / "survey_rows.json"
+    record = prediction.write_survey_rows(second, out)
+    assert read_json(out) == record
+    validate_record(read_json(out), "survey_rows", str(out))
+    assert record["tables"] == {
+        mode: {"file": f"survey_{mode}.csv", "sha256": sha256_file(SURVEY / f"survey_{mode}.csv")}
+        for mode in ("kernelbench-defaults", "strict")
+    }
+    res = StudyResults(
+        config=second,
+        root=tmp_path,
+        pin={},
+        fingerprint={},
+        contract={},
+        paths={("survey_rows",): out},
+    )
+    rows = survey_rows_of(res, read_json(out))
+    assert rows[65]["numerics"] == "strict" and rows[4]["best_compiled"] == "inductor"
+    # a record made for other modes is stale
+    res.config = {**second, "numerics": "strict"}
+    with pytest.raises(KbfuseError, match=r"field rows\.4\.numerics is 'kernelbench-defaults'"):
+        survey_rows_of(res, read_json(out))
+    assert layout.record("survey_rows", "results/fused2") == (
+        "results/fused2/prediction/survey_rows.json"
+    )
+    assert ("survey_rows",) in layout.result_paths(second)
+    first, _ = configs
+    assert ("survey_rows",) not in layout.result_paths(first)

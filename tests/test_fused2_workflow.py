@@ -19,7 +19,7 @@ from conftest import GPU_RULES, ROOT, copy_workflow, snakemake, write_test_confi
 from kbrepo import FUSED2_TASKS, make_kernelbench_repo
 from test_workflow import _edit, jobs_in, planned_jobs, rules_of
 
-from kbfuse.io import read_json
+from kbfuse.io import read_json, sha256_file
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +68,7 @@ def test_the_fused2_target_runs_every_stage_for_the_second_study(fused2_dag):
         "fused2_controls": n_tasks,
         "fused2_direction_witness": 1,
         "fused2_margin_audit": 1,
+        "fused2_survey_rows": 1,
         "fused2_summary": 1,
         "fused2_manifest": 1,
         "fused2_bundle": 1,
@@ -125,6 +126,16 @@ def test_fused2_cpu_pins_compiles_and_witnesses(cpu_runs, repo):
     assert not (workdir / "results/fused2/compile/cupy-default").exists()
     witness = read_json(workdir / "results/fused2/protocol/direction_witness.json")
     assert witness["allclose_a_b"] != witness["allclose_b_a"]
+    survey = read_json(workdir / "results/fused2/prediction/survey_rows.json")
+    assert survey["kind"] == "survey_rows" and sorted(survey["rows"]) == ["4", "65"]
+    assert {row["numerics"] for row in survey["rows"].values()} == {
+        "kernelbench-defaults",
+        "strict",
+    }
+    assert survey["tables"]["strict"] == {
+        "file": "survey_strict.csv",
+        "sha256": sha256_file(SURVEY / "survey_strict.csv"),
+    }
     # the first study's compiles are its own: other sources, other artifacts
     first = read_json(workdir / "results/compile/nvrtc-cubin-noftz/meta.json")
     second = read_json(workdir / "results/fused2/compile/nvrtc-cubin-noftz/meta.json")

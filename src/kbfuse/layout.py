@@ -36,10 +36,12 @@ RESULTS = "results"
 
 @dataclass(frozen=True)
 class Record:
-    """A result record: its path under results/, and the one task it needs (None: any)."""
+    """A result record: its path under results/, the one task it needs (None: any), and the
+    config key a study must set for it to be written (None: every study)."""
 
     path: str
     needs_task: int | None = None
+    needs_config: str | None = None
 
 
 RECORDS: dict[str, Record] = {
@@ -56,6 +58,8 @@ RECORDS: dict[str, Record] = {
     # The minimal task-81 witness: only a study that includes the witness task writes it.
     "witness81": Record("controls/witness81.json", needs_task=WITNESS_TASK),
     "margin_audit": Record("protocol/margin_audit.json"),
+    # The survey's rows a study's prediction compares with (a study with `survey_summary`).
+    "survey_rows": Record("prediction/survey_rows.json", needs_config="survey_summary"),
     "direction_witness": Record("protocol/direction_witness.json"),
 }
 
@@ -188,6 +192,8 @@ def record_keys(config: Mapping[str, Any]) -> Iterator[tuple]:
     values = {"task": list(config["tasks"]), "variant": list(config["variants"])}
     for kind, entry in RECORDS.items():
         if entry.needs_task is not None and entry.needs_task not in values["task"]:
+            continue
+        if entry.needs_config is not None and not config.get(entry.needs_config):
             continue
         names = wildcards_of(entry.path)
         for combo in itertools.product(*(values[name] for name in names)):

@@ -14,6 +14,7 @@ localrules:
     fused2_summary,
     fused2_manifest,
     fused2_bundle,
+    fused2_survey_rows,
 
 
 use rule kernelbench_task as fused2_kernelbench_task with:
@@ -190,11 +191,27 @@ use rule margin_audit as fused2_margin_audit with:
         F2.log("protocol/margin_audit"),
 
 
-# The survey tables the prediction reads are inputs: a new survey reruns the summary.
+# The survey's rows the prediction compares with, copied into the study's results with the
+# sha256 of each table read: a new survey reruns it and the summary, and the bundle holds them.
+rule fused2_survey_rows:
+    input:
+        tables=f2_survey_tables(),
+        code=module_files("results.prediction"),
+    output:
+        F2.record("survey_rows"),
+    log:
+        F2.log("prediction/survey_rows"),
+    conda:
+        ENV
+    params:
+        study=prediction_settings(FUSED2_CONFIG),
+    script:
+        "../scripts/survey_rows.py"
+
+
 use rule summary as fused2_summary with:
     input:
         results=layout.summary_inputs(FUSED2_CONFIG, FUSED2_ROOT),
-        survey=f2_survey_tables(),
         code=module_files("results.summary", "results.plots", "results.prediction"),
     output:
         F2.summary_files(),

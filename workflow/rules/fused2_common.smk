@@ -2,7 +2,13 @@
 # (kbfuse.workflow.studies.fused2_config), its paths (StudyFiles, under results/fused2/) and
 # the input and param functions its rules use, as common.smk's are the first study's.
 from kbfuse.results.prediction import survey_table
-from kbfuse.workflow.studies import FUSED2_ROOT, StudyFiles, fused2_config, numerics_for
+from kbfuse.workflow.studies import (
+    FUSED2_ROOT,
+    StudyFiles,
+    fused2_config,
+    numerics_for,
+    prediction_settings,
+)
 
 FUSED2_CONFIG = fused2_config(config)
 F2 = StudyFiles(FUSED2_CONFIG, FUSED2_ROOT)

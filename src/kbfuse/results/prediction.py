@@ -18,18 +18,23 @@ at least 1.3x over the strongest compiled baseline, a pointwise tail at 85 % of 
 more; a row says which it meets.
 
 The survey summary folder is the config's `survey_summary` (the committed H200 reference's by
-default); its `survey_<mode>.csv` is read with the standard library, each number checked.
+default); its `survey_<mode>.csv` is read with the standard library, each number checked. The
+rows a study uses are copied into its results (`write_survey_rows`: the record
+`prediction/survey_rows.json`, with the sha256 of each table read), so that its summary, its
+manifest and its bundle hold what the prediction was made from.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kbfuse.errors import KbfuseError
+from kbfuse.io import sha256_file, write_json
 
 SURVEY_COLUMNS = ("task", "best_compiled", "best_ms", "library_ms", "outside_ms")
 METHOD = "graph"
@@ -68,6 +73,42 @@ def read_survey_rows(folder: str | Path, mode: str) -> dict[int, dict]:
             except (TypeError, ValueError) as exc:
                 raise KbfuseError(f"survey summary {path} line {line}: {exc}") from None
     return rows
+
+
+def survey_rows(config: Mapping[str, Any]) -> dict[int, dict]:
+    """The survey's row of each of a study's tasks, in the numerics mode the study runs it in
+    (strict where it names none), with that mode as `numerics`; KbfuseError naming a task
+    the survey has no row for."""
+    from kbfuse.workflow.studies import numerics_for
+
+    folder = config["survey_summary"]
+    found = {}
+    for task in config["tasks"]:
+        mode = numerics_for(config, task) or "strict"
+        rows = read_survey_rows(folder, mode)
+        if int(task) not in rows:
+            raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {task}")
+        found[int(task)] = {**rows[int(task)], "numerics": mode}
+    return found
+
+
+def write_survey_rows(config: Mapping[str, Any], out: str | os.PathLike) -> dict:
+    """Write the `survey_rows` record of a study: its tasks' survey rows and the tables
+    (file, sha256) they were read from."""
+    rows = survey_rows(config)
+    modes = dict.fromkeys(row["numerics"] for row in rows.values())
+    tables = {}
+    for mode in modes:
+        path = survey_table(config["survey_summary"], mode)
+        tables[mode] = {"file": path.name, "sha256": sha256_file(path)}
+    record = {
+        "kind": "survey_rows",
+        "schema_version": 1,
+        "tables": tables,
+        "rows": {str(task): row for task, row in rows.items()},
+    }
+    write_json(out, record)
+    return record
 
 
 def _positive(text: str) -> float:

@@ -112,25 +112,27 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
             key = tuple(where) if len(where) > 1 else where[0]
             getattr(res, _BY_TASK_OR_VARIANT[kind])[key] = data
     check_provenance(res)
-    if config.get("survey_summary"):
-        res.survey = survey_of(config)
+    if ("survey_rows",) in loaded:
+        res.survey = survey_rows_of(res, loaded[("survey_rows",)])
     return res
 
 
-def survey_of(config: Mapping[str, Any]) -> dict[int, dict]:
-    """The survey's row of each of the study's tasks, in the numerics mode the study runs it
-    in (with the mode, `numerics`); KbfuseError naming a task the survey has no row for."""
-    from kbfuse.results.prediction import read_survey_rows, survey_table
+def survey_rows_of(res: StudyResults, record: Mapping[str, Any]) -> dict[int, dict]:
+    """The survey rows of a study's `survey_rows` record, checked against its config: a row
+    for every task, in the mode the config runs it in (else stale)."""
     from kbfuse.workflow.studies import numerics_for
 
-    folder = config["survey_summary"]
+    path = res.paths[("survey_rows",)]
+    rows = record_field(record, "rows", path)
     found = {}
-    for task in config["tasks"]:
-        mode = numerics_for(config, task) or "strict"  # none named: strict FP32
-        rows = read_survey_rows(folder, mode)
-        if int(task) not in rows:
-            raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {task}")
-        found[int(task)] = {**rows[int(task)], "numerics": mode}
+    for task in res.tasks:
+        row = record_field(record, f"rows.{task}", path)
+        mode = numerics_for(res.config, task) or "strict"
+        _expect(path, f"rows.{task}.numerics", row.get("numerics"), mode, "the config")
+        found[int(task)] = row
+    extra = sorted(set(rows) - {str(t) for t in res.tasks})
+    if extra:
+        raise KbfuseError(f"{path}: field rows names tasks {extra} the config does not run")
     return found
 
 

@@ -97,6 +97,12 @@ def numerics_for(config: Mapping[str, Any], task) -> str | None:
         ) from None
 
 
+def prediction_settings(config: Mapping[str, Any]) -> dict:
+    """What a study's survey rows depend on (kbfuse.results.prediction.write_survey_rows):
+    its tasks, their numerics modes, the survey summary folder."""
+    return {key: copy.deepcopy(config[key]) for key in ("tasks", "numerics", "survey_summary")}
+
+
 def numerics_problems(config: Mapping[str, Any], key: str = "") -> list[str]:
     """A per-task numerics mapping must name exactly the study's tasks."""
     numerics = config.get("numerics")
@@ -188,6 +194,7 @@ class StudyFiles:
 
     def study_results(self) -> list[str]:
         """Every result of the study: what its summary reads and its manifest hashes."""
+        survey = [self.record("survey_rows")] if self.config.get("survey_summary") else []
         return [
             self.record("kernelbench_pin"),
             self.record("kernelbench_contract"),
@@ -195,6 +202,7 @@ class StudyFiles:
             *self.gpu_results(),
             self.record("direction_witness"),
             self.record("margin_audit"),
+            *survey,
         ]
 
     def summary_files(self) -> list[str]:
@@ -208,11 +216,14 @@ class StudyFiles:
 
     def cpu_targets(self, compiles_without_gpu) -> list[str]:
         """The records a machine without a GPU can make: pins, contract, the compiles of the
-        variants `compiles_without_gpu(variant)` admits, the direction witness."""
+        variants `compiles_without_gpu(variant)` admits, the direction witness, the survey
+        rows."""
         variants = [v for v in self.variants if compiles_without_gpu(v)]
+        survey = [self.record("survey_rows")] if self.config.get("survey_summary") else []
         return [
             self.record("kernelbench_pin"),
             self.record("kernelbench_contract"),
             *self.artifact_files(variants),
             self.record("direction_witness"),
+            *survey,
         ]

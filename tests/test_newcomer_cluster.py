@@ -35,8 +35,10 @@ LOCAL_RULES = {
 }
 # The survey's task list, pins and aggregate (not part of the study's `all`).
 SURVEY_LOCAL_RULES = {"survey_task_list", "survey_pin", "survey_records", "survey_summary"}
-# The second fused study's (workflow/rules/fused2.smk): the first study's local rules, reused.
+# The second fused study's (workflow/rules/fused2.smk): the first study's local rules, reused,
+# and the copy of the survey rows its prediction reads.
 FUSED2_LOCAL_RULES = {f"fused2_{rule}" for rule in LOCAL_RULES - {"kernelbench_checkout"}}
+FUSED2_LOCAL_RULES.add("fused2_survey_rows")
 GPU_JOB = {"gpu": 1, "cpus_per_task": 4, "mem_mb": 16000, "runtime": 30}
 CPU_JOB = {"cpus_per_task": 1, "mem_mb": 4000, "runtime": 10}
 

@@ -60,6 +60,14 @@ if "survey" in config:
     include: "workflow/rules/survey_summary.smk"
 
 
+# The second fused study (docs/fused2.md), where the config has its block (config/config.yaml
+# does): `snakemake fused2`, results under results/fused2/.
+if "fused2" in config:
+
+    include: "workflow/rules/fused2_common.smk"
+    include: "workflow/rules/fused2.smk"
+
+
 # On a cluster these run on the submitting host: the checkout needs the network, the others
 # take seconds of CPU on small files (profiles/slurm).
 localrules:

@@ -8,6 +8,10 @@ here: the timings are the study's (benchmarks/tail_roofline.py).
 
     ncu --clock-control none -k regex:'tail|triton' --metrics smsp__inst_executed.sum,... \\
         python3 benchmarks/tail_kernels.py --results results --variants nvrtc-cubin-noftz ...
+
+The second fused study's kernels the same way, in its results and its tasks' numerics modes:
+`--results results/fused2 --tasks 4 65 --numerics kernelbench-defaults strict` (the KernelBench
+checkout is the shared one, results/kernelbench/checkout).
 """
 
 from __future__ import annotations
@@ -25,7 +29,19 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, nargs="+", default=[53, 81, 95])
     parser.add_argument("--variants", nargs="+", required=True)
     parser.add_argument("--seed", type=int, default=42, help="model and input seed")
+    parser.add_argument(
+        "--checkout", type=Path, default=Path("results/kernelbench/checkout"), help="KernelBench"
+    )
+    parser.add_argument(
+        "--numerics",
+        nargs="+",
+        default=None,
+        help="numerics mode per task (kbfuse.survey.settings.NUMERICS; default: strict FP32)",
+    )
     args = parser.parse_args()
+    modes = args.numerics or [None] * len(args.tasks)
+    if len(modes) != len(args.tasks):
+        parser.error("--numerics names one mode per task of --tasks")
 
     with tempfile.TemporaryDirectory(prefix="kbfuse-tail-kernels-") as scratch:
         cudacache.isolate(scratch)
@@ -36,26 +52,25 @@ def main() -> None:
         from kbfuse.tasks.inputs import make_input
         from kbfuse.tasks.tails import tail_for
 
-        baselines.set_numerics()
         results = args.results
-        modules = {
+        modules = {  # each tail's kernels are looked up on first use
             v: LoadedModule.load(
-                results / "compile" / v / "tails.bin", results / "compile" / v / "meta.json"
+                results / "compile" / v / "tails.bin", results / "compile" / v / "meta.json", ()
             )
             for v in args.variants
         }
         pin = kernelbench.read_pin(results / "kernelbench" / "pin.json")
-        checkout = results / "kernelbench" / "checkout"
-        for task in args.tasks:
-            spec = kernelbench.load_task(checkout, pin, task)
+        for task, mode in zip(args.tasks, modes, strict=True):
+            baselines.set_numerics(mode)
+            spec = kernelbench.load_task(args.checkout, pin, task)
             tail = tail_for(task)
             model = kernelbench.build_model(spec, seed=args.seed)
-            x = make_input("uniform", spec.input_shape(), args.seed, "cuda")
+            x = make_input("uniform", tail.input_shape(spec), args.seed, "cuda")
             with torch.no_grad():
-                y = tail.linear(model)(x).contiguous()
+                y = tail.library_output(model, x)
                 compiled = torch.compile(baselines.tail_module(model, tail))
                 compiled(y)  # compile outside the profiled launch below
-                out = torch.empty_like(y)
+                out = torch.empty(tail.output_shape(model, y), device="cuda")
                 for variant, module in modules.items():
                     run_tail(module, tail, model, y, out)
                     print(f"task {task}: launched {variant} on {y.numel()} elements")

@@ -2,8 +2,11 @@
 
 The three task files re-implement KernelBench level-2 tasks 53, 81 and 95 with the same
 forward ops and the same module-level constant names as the pinned originals, but small
-shapes (batch 16, in 32, out 64) so that CPU tests run in milliseconds. Commits use a fixed
-author, committer and date, so the same content always gives the same commit ids.
+shapes (batch 16, in 32, out 64) so that CPU tests run in milliseconds. `FUSED2_TASK_FILES`
+does the same for the second fused study's tasks 4 and 65 (a 3x3 convolution of a batch of 2,
+3 -> 8 channels, on 18 x 18 and 22 x 22 images; task 65's pool window stays 4), added with
+`make_kernelbench_repo(root, tasks=(..., 4, 65))`. Commits use a fixed author, committer and
+date, so the same content always gives the same commit ids.
 """
 
 from __future__ import annotations
@@ -122,6 +125,79 @@ def get_init_inputs():
 ''',
     ),
 }
+
+CONV_BATCH, CONV_IN, CONV_OUT = 2, 3, 8
+
+FUSED2_TASK_FILES = {
+    4: (
+        "4_Conv2d_Mish_Mish.py",
+        f'''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Simple model that performs a convolution, applies Mish, and another Mish.
+    """
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = torch.nn.functional.mish(x)
+        x = torch.nn.functional.mish(x)
+        return x
+
+batch_size   = {CONV_BATCH}
+in_channels  = {CONV_IN}
+out_channels = {CONV_OUT}
+height = width = 18
+kernel_size = 3
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+''',
+    ),
+    65: (
+        "65_Conv2d_AvgPool_Sigmoid_Sum.py",
+        f'''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    This model performs a convolution, average pooling, applies sigmoid, and sums the result.
+    """
+    def __init__(self, in_channels, out_channels, kernel_size, pool_kernel_size):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.avg_pool = nn.AvgPool2d(pool_kernel_size)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = self.avg_pool(x)
+        x = torch.sigmoid(x)
+        x = torch.sum(x, dim=[1,2,3]) # Sum over all spatial dimensions
+        return x
+
+batch_size = {CONV_BATCH}
+in_channels = {CONV_IN}
+out_channels = {CONV_OUT}
+height, width = 22, 22
+kernel_size = 3
+pool_kernel_size = 4
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, pool_kernel_size]
+''',
+    ),
+}
+FUSED2_TASKS = tuple(FUSED2_TASK_FILES)
 
 # A KernelBench-shaped evaluator, written for the tests (not KernelBench's code): the functions,
 # signatures and calls kbfuse.tasks.evaluator reads the official check from, in the pinned
@@ -281,8 +357,13 @@ def commit_files(repo: Path, files: dict[str, str | None], message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
+def task_file(task: int) -> tuple[str, str]:
+    """(file name, text) of a fixture task, the first study's or the second's."""
+    return TASK_FILES[task] if task in TASK_FILES else FUSED2_TASK_FILES[task]
+
+
 def task_relpath(task: int) -> str:
-    return f"{LEVEL_DIR}/{TASK_FILES[task][0]}"
+    return f"{LEVEL_DIR}/{task_file(task)[0]}"
 
 
 def make_kernelbench_repo(root: Path, tasks=(53, 81, 95)) -> tuple[str, str]:
@@ -296,7 +377,7 @@ def make_kernelbench_repo(root: Path, tasks=(53, 81, 95)) -> tuple[str, str]:
     root.mkdir(parents=True, exist_ok=True)
     git(root, "-c", "init.defaultBranch=main", "init", "-q")
     files: dict[str, str | None] = {"README.md": README, **evaluator_files()}
-    files.update({task_relpath(task): TASK_FILES[task][1] for task in tasks})
+    files.update({task_relpath(task): task_file(task)[1] for task in tasks})
     pinned = commit_files(root, files, "Add level-2 tasks")
     second: dict[str, str | None] = {"README.md": README + "\nSecond commit.\n"}
     if 53 in tasks:

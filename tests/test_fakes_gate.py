@@ -83,7 +83,7 @@ def timing_fakes(tmp_path, monkeypatch):
     loaded: list[str] = []
     timed: list[list[str]] = []
 
-    def spy_load(artifact, meta):
+    def spy_load(artifact, meta, kernels=()):
         loaded.append(meta["variant"])
         return SimpleNamespace(variant=meta["variant"], artifact=Path(artifact))
 
@@ -99,8 +99,14 @@ def timing_fakes(tmp_path, monkeypatch):
     monkeypatch.setattr(kernelbench, "read_pin", lambda path: {"tasks": {"81": {}}})
     monkeypatch.setattr(kernelbench, "load_task", lambda checkout, pin, task: spec)
     monkeypatch.setattr(kernelbench, "build_model", lambda spec, seed: linear)
-    monkeypatch.setattr(tails, "tail_for", lambda task: SimpleNamespace(linear=lambda m: m))
-    monkeypatch.setattr(baselines, "set_numerics", lambda: {})
+    fake_tail = SimpleNamespace(
+        input_shape=lambda spec: spec.input_shape(),
+        kernels=lambda: ("tail81",),
+        library_output=lambda model, x: model(x),
+        shape_record=lambda model, x, y: {"batch": 2, "in_features": 4, "out_features": 3},
+    )
+    monkeypatch.setattr(tails, "tail_for", lambda task: fake_tail)
+    monkeypatch.setattr(baselines, "set_numerics", lambda mode=None: {})
     return tmp_path, loaded, timed
 
 

@@ -33,7 +33,7 @@ def fake_device(tmp_path, monkeypatch):
     """(write(name, options_ftz, artifact_flushes) -> (artifact, meta), tmp_path)."""
     modes: dict[Path, bool] = {}
 
-    def load(artifact, meta):
+    def load(artifact, meta, kernels=()):
         return SimpleNamespace(variant=meta["variant"], device=0, flushes=modes[Path(artifact)])
 
     monkeypatch.setattr(verify.LoadedModule, "load", staticmethod(load))

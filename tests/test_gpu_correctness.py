@@ -254,7 +254,7 @@ def test_value_rows_and_mixed_rows():
 def test_control_inputs_and_why_nan_cases_need_equal_nan(pinned, task):
     model = cpu_model(pinned, task)
     tail = tail_for(task)
-    cols = tail.linear(model).out_features
+    cols = tail.library(model).out_features
     controls = control_inputs(tail, model, cols)
     assert list(controls) == ["tail/bounds", "tail/zeros_tiny", "tail/large", "tail/nonfinite"]
     for y in controls.values():
@@ -460,7 +460,7 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
 
     loads = []
 
-    def load(artifact, meta):
+    def load(artifact, meta, kernels=()):
         loads.append(meta["variant"])
         return FakeModule(artifact, meta)
 
@@ -582,11 +582,11 @@ def test_tail_module_is_the_reference_tail_and_shares_parameters(pinned, task):
     tail = tail_for(task)
     x = torch.rand(*load_task(pinned[0], pinned[1], task).input_shape()) * 10 - 5
     with torch.no_grad():
-        y = tail.linear(model)(x)
+        y = tail.library(model)(x)
         expected = model(x)
     module = baselines.tail_module(model, tail)
-    assert isinstance(getattr(model, tail.linear_attr), torch.nn.Linear)  # original untouched
-    assert isinstance(getattr(module, tail.linear_attr), torch.nn.Identity)
+    assert isinstance(getattr(model, tail.library_attr), torch.nn.Linear)  # original untouched
+    assert isinstance(getattr(module, tail.library_attr), torch.nn.Identity)
     got = baselines.eager(module)(y)
     assert torch.equal(bits(got), bits(expected))
     assert torch.equal(bits(got), bits(tail.reference(model, y)))

@@ -199,7 +199,7 @@ def test_tail_is_bit_identical_to_eager_without_ftz(gpu_env, task, variant):
     tail = TAILS[task]
     for seed in (0, 1):
         model = build_model(specs[task], seed=seed, device="cuda")
-        cols = tail.linear(model).out_features
+        cols = tail.library(model).out_features
         y = random_linear_outputs(cols, seed)
         reference = tail.reference(model, y)
         out = torch.full_like(y, math.nan)
@@ -216,7 +216,7 @@ def test_special_values_match_eager(gpu_env, task, variant):
     specs, modules = gpu_env
     tail = TAILS[task]
     model = build_model(specs[task], seed=0, device="cuda")
-    y = special_linear_outputs(tail.linear(model).out_features)
+    y = special_linear_outputs(tail.library(model).out_features)
     reference = tail.reference(model, y)
     out = run_tail(modules[variant], tail, model, y)
     torch.cuda.synchronize()
@@ -277,7 +277,7 @@ def test_run_tail_replays_in_a_cuda_graph(gpu_env, task, variant):
     specs, modules = gpu_env
     mod, tail = modules[variant], TAILS[task]
     model = build_model(specs[task], seed=0, device="cuda")
-    cols = tail.linear(model).out_features
+    cols = tail.library(model).out_features
     y = random_linear_outputs(cols, seed=3)
     out = torch.empty_like(y)
     side = torch.cuda.Stream()
@@ -318,7 +318,7 @@ def test_fast_fallback_paths_are_bit_identical(gpu_env, task):
     specs, modules = gpu_env
     tail, fast = TAILS[task], modules["fast-noftz"]
     model = build_model(specs[task], seed=1, device="cuda")
-    cols = tail.linear(model).out_features
+    cols = tail.library(model).out_features
     y = random_linear_outputs(cols, seed=7)[:1000]
     reference = tail.reference(model, y)
     shifted_y = misaligned(tuple(y.shape))

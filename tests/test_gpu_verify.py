@@ -140,7 +140,9 @@ def cpu_verify(tmp_path, monkeypatch):
         record = {"output": output, "output_bits": f32_bits_hex(output)}
         return {**record, "subnormal_kept": not flushed}, flushed
 
-    monkeypatch.setattr(verify.LoadedModule, "load", staticmethod(lambda a, m: FakeModule(m)))
+    monkeypatch.setattr(
+        verify.LoadedModule, "load", staticmethod(lambda a, m, kernels=(): FakeModule(m))
+    )
     monkeypatch.setattr(verify, "measure_witness", witness)
     monkeypatch.setattr(verify, "Task81Witness", FakeTask81)
     monkeypatch.setattr(verify, "read_pin", lambda path: {"tasks": {"81": {}}})

@@ -491,6 +491,7 @@ def test_validate_schema_takes_another_schema(tmp_path):
 
 def test_check_config_finds_the_default_kernel_in_kernels(tmp_path, monkeypatch):
     cfg = default_config()
+    cfg.pop("fused2")  # the first study's kernels only
     name = next(iter(cfg["variants"]))
     cfg["variants"] = {name: {k: v for k, v in cfg["variants"][name].items() if k != "kernel"}}
     monkeypatch.chdir(ROOT)
@@ -729,7 +730,7 @@ class FakeTask81:
 def fake_device_verify(tmp_path, monkeypatch):
     """run(pin) -> the verify record of one keeping nvrtc-ptx artifact on a fake device 3."""
     FakeTask81.built = []
-    load = staticmethod(lambda a, m: SimpleNamespace(variant=m["variant"], device=3))
+    load = staticmethod(lambda a, m, kernels=(): SimpleNamespace(variant=m["variant"], device=3))
     monkeypatch.setattr(verify.LoadedModule, "load", load)
     monkeypatch.setattr(verify, "witness_output", lambda mod: PRODUCT)
     monkeypatch.setattr(verify, "Task81Witness", FakeTask81)
@@ -1039,6 +1040,7 @@ def test_format_report_lists_duplicates_and_says_ok():
 
 def test_check_config_lists_every_missing_kernel_by_name(tmp_path):
     cfg = default_config()
+    cfg.pop("fused2")  # the first study's kernels only
     first, second = list(cfg["variants"])[:2]
     cfg["variants"] = {
         first: {**cfg["variants"][first], "kernel": "gone"},
@@ -1084,7 +1086,7 @@ def test_verify_names_cupys_implicit_ftz_from_the_route(tmp_path, monkeypatch):
         "artifact_sha256": "e" * 64,
     }
     write_json(tmp_path / "meta.json", meta)
-    load = staticmethod(lambda a, m: SimpleNamespace(variant=m["variant"], device=0))
+    load = staticmethod(lambda a, m, kernels=(): SimpleNamespace(variant=m["variant"], device=0))
     monkeypatch.setattr(verify.LoadedModule, "load", load)
     monkeypatch.setattr(verify, "witness_output", lambda mod: 0.0)  # the artifact flushes
     record = verify.verify_variant(
@@ -1108,7 +1110,7 @@ def test_verify_records_the_cache_setting_the_artifact_was_loaded_under(
     monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
     before = cudacache.current_setting()
 
-    def load_then_disable_the_cache(artifact, meta):
+    def load_then_disable_the_cache(artifact, meta, kernels=()):
         monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
         return SimpleNamespace(variant=meta["variant"], device=3)
 

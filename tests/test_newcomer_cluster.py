@@ -35,6 +35,10 @@ LOCAL_RULES = {
 }
 # The survey's task list, pins and aggregate (not part of the study's `all`).
 SURVEY_LOCAL_RULES = {"survey_task_list", "survey_pin", "survey_records", "survey_summary"}
+# The second fused study's (workflow/rules/fused2.smk): the first study's local rules, reused,
+# and the copy of the survey rows its prediction reads.
+FUSED2_LOCAL_RULES = {f"fused2_{rule}" for rule in LOCAL_RULES - {"kernelbench_checkout"}}
+FUSED2_LOCAL_RULES.add("fused2_survey_rows")
 GPU_JOB = {"gpu": 1, "cpus_per_task": 4, "mem_mb": 16000, "runtime": 30}
 CPU_JOB = {"cpus_per_task": 1, "mem_mb": 4000, "runtime": 10}
 
@@ -144,7 +148,9 @@ def test_network_and_aggregation_steps_are_local_rules(slurm_dry_run):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert set(proc.stdout.split()) == LOCAL_RULES | SURVEY_LOCAL_RULES | {"check_summary"}
+    assert set(proc.stdout.split()) == (
+        LOCAL_RULES | SURVEY_LOCAL_RULES | FUSED2_LOCAL_RULES | {"check_summary"}
+    )
 
 
 # ---------------------------------------------------------------- envs/kbfuse.yaml

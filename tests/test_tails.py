@@ -26,19 +26,26 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
-def test_registry_names_kernels_and_linear_layers():
-    assert sorted(TAILS) == [53, 81, 95]
-    assert {t: (TAILS[t].kernel, TAILS[t].linear_attr) for t in TASKS} == {
+def test_registry_names_kernels_and_library_layers():
+    assert sorted(TAILS) == [4, 53, 65, 81, 95]
+    assert {t: (TAILS[t].kernel, TAILS[t].library_attr) for t in TASKS} == {
         53: ("tail53", "gemm"),
         81: ("tail81", "gemm"),
         95: ("tail95", "matmul"),
+    }
+    assert {t: TAILS[t].library_kind for t in TAILS} == {
+        53: "nn.Linear",
+        81: "nn.Linear",
+        95: "nn.Linear",
+        4: "nn.Conv2d",
+        65: "nn.Conv2d",
     }
     assert tail_for(81) is TAILS[81]
     assert tail_for("95") is TAILS[95]
 
 
 def test_unknown_task_is_named():
-    with pytest.raises(KbfuseError, match="task 12 has no fused tail.*53, 81, 95"):
+    with pytest.raises(KbfuseError, match=r"task 12 has no fused tail.*\[4, 53, 65, 81, 95\]"):
         tail_for(12)
 
 
@@ -53,12 +60,13 @@ def test_reference_tail_reproduces_model_forward_bitwise(specs, task, scale):
     x = x * scale
     with torch.no_grad():
         full = model(x)
-        y = tail.linear(model)(x)
+        y = tail.library(model)(x)
+    assert torch.equal(tail.library_output(model, x), y)
     ref = tail.reference(model, y)
     assert ref.dtype == torch.float32 and ref.shape == full.shape
     assert torch.equal(bits(ref), bits(full))
     # the shallow copy's Identity never leaks into the model itself
-    assert isinstance(getattr(model, tail.linear_attr), nn.Linear)
+    assert isinstance(getattr(model, tail.library_attr), nn.Linear)
 
 
 def test_reference_tail_propagates_nan_and_keeps_clamp_values(specs):
@@ -76,7 +84,7 @@ def test_linear_must_be_an_nn_linear(specs):
     model = build_model(specs[53], seed=0, device="cpu")
     model.gemm = nn.Identity()
     with pytest.raises(KbfuseError, match="'gemm' is Identity, expected nn.Linear"):
-        TAILS[53].linear(model)
+        TAILS[53].library(model)
 
 
 def test_kernel_args_53_read_parameters_from_the_model(specs):

@@ -104,6 +104,8 @@ OVERRIDES = [
         ("baselines",),
         ["eager", "inductor", "inductor-max-autotune-no-cudagraphs"],
     ),
+    ("numerics", "numerics=kernelbench-defaults", ("numerics",), "kernelbench-defaults"),
+    ("survey_summary", "survey_summary=/srv/survey", ("survey_summary",), "/srv/survey"),
     ("timing.warmup", "timing={warmup: 2}", ("timing", "warmup"), 2),
     ("timing.rounds", "timing={rounds: 3}", ("timing", "rounds"), 3),
     (
@@ -137,6 +139,26 @@ OVERRIDES = [
         "controls={witness81_inputs: [-88, -1e1]}",
         ("controls", "witness81_inputs"),
         [-88, -10.0],
+    ),
+    ("fused2.tasks", "fused2={tasks: [65, 4]}", ("fused2", "tasks"), [65, 4]),
+    (
+        "fused2.variants",
+        "fused2={variants: {mine: {route: nvrtc-ptx, kernel: fused2_fast, options: []}}}",
+        ("fused2", "variants", "mine", "kernel"),
+        "fused2_fast",
+    ),
+    ("fused2.numerics", "fused2={numerics: strict}", ("fused2", "numerics"), "strict"),
+    (
+        "fused2.survey_summary",
+        "fused2={survey_summary: /srv/survey}",
+        ("fused2", "survey_summary"),
+        "/srv/survey",
+    ),
+    (
+        "fused2.controls",
+        "fused2={controls: {small_shape: {batch: 4}}}",
+        ("fused2", "controls", "small_shape", "batch"),
+        4,
     ),
     ("check.folder", "check={folder: mine}", ("check", "folder"), "mine"),
     ("check.in_manifest", "check={in_manifest: true}", ("check", "in_manifest"), True),
@@ -255,8 +277,8 @@ def test_an_unknown_key_is_named_without_dumping_the_config():
     message = str(err.value)
     assert message == (
         "invalid config:\n  config key colour: unknown key (known here: kernelbench, tasks, "
-        "seeds, distributions, arch, variants, nvrtc_versions, baselines, timing, "
-        "check, controls, survey)"
+        "seeds, distributions, arch, variants, nvrtc_versions, baselines, numerics, "
+        "survey_summary, timing, check, controls, fused2, survey)"
     )
     with pytest.raises(KbfuseError, match=r"config key timing\.rounds_: unknown key \(known"):
         checked(overridden("timing={rounds_: 3}"))

@@ -13,8 +13,9 @@
 #   of test_compile.py in a process of their own first.
 # Runs longer than one call (10 minutes) go to the background, where they outlive the call on
 # the warm machine (it keeps processes and files for a short while between calls):
-#   bg-survey, bg-study, bg-check, bg-tests: start `snakemake survey` (and the environment
-#   fingerprint), `all` or `check` (every core), or every GPU test, in
+#   bg-survey, bg-study, bg-fused2, bg-check, bg-tests: start `snakemake survey` (and the
+#   environment fingerprint), `all`, `fused2` (the second fused study, docs/fused2.md) or
+#   `check` (every core), or every GPU test, in
 #   the background, with fresh compile caches for the study; wait: wait for every background
 #   run until $WAIT_UNTIL s into the call (default 560). Their logs, start and end times and
 #   exit codes are in /tmp/kbfuse-bg and come back in the archive. A later call skips the
@@ -155,6 +156,12 @@ if has bg-study; then
   start_bg study env TORCHINDUCTOR_CACHE_DIR=/tmp/study-caches/inductor \
     TRITON_CACHE_DIR=/tmp/study-caches/triton python3 -m snakemake --cores "$(nproc)" \
     --keep-going all --config "$kb"
+fi
+if has bg-fused2; then
+  mkdir -p /tmp/fused2-caches
+  start_bg fused2 env TORCHINDUCTOR_CACHE_DIR=/tmp/fused2-caches/inductor \
+    TRITON_CACHE_DIR=/tmp/fused2-caches/triton python3 -m snakemake --cores "$(nproc)" \
+    --keep-going fused2 --config "$kb"
 fi
 if has wait; then
   stamp wait

@@ -12,7 +12,10 @@ unfilled stays a Snakemake wildcard.
   results/benchmarks/<stage>.tsv;
 - TABLES: every summary table, in the order it is written, with what it holds and where the
   workflow report shows it. A table named `x` is built by `kbfuse.results.summary.x_table` and
-  captioned by workflow/report/x.rst; adding a table is one row here plus those two.
+  captioned by workflow/report/x.rst; adding a table is one row here plus those two. A table
+  marked `second_study` exists only in a study that is compared with the survey (a config with
+  `survey_summary`: the second fused study, kbfuse.workflow.studies), so the first study's
+  summary keeps exactly its tables.
 
 Kept free of torch and pandas so that the Snakefile can import it at parse time.
 """
@@ -33,10 +36,12 @@ RESULTS = "results"
 
 @dataclass(frozen=True)
 class Record:
-    """A result record: its path under results/, and the one task it needs (None: any)."""
+    """A result record: its path under results/, the one task it needs (None: any), and the
+    config key a study must set for it to be written (None: every study)."""
 
     path: str
     needs_task: int | None = None
+    needs_config: str | None = None
 
 
 RECORDS: dict[str, Record] = {
@@ -53,6 +58,8 @@ RECORDS: dict[str, Record] = {
     # The minimal task-81 witness: only a study that includes the witness task writes it.
     "witness81": Record("controls/witness81.json", needs_task=WITNESS_TASK),
     "margin_audit": Record("protocol/margin_audit.json"),
+    # The survey's rows a study's prediction compares with (a study with `survey_summary`).
+    "survey_rows": Record("prediction/survey_rows.json", needs_config="survey_summary"),
     "direction_witness": Record("protocol/direction_witness.json"),
 }
 
@@ -83,10 +90,12 @@ FILES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Table:
-    """A summary table: one line saying what it holds, and its workflow-report category."""
+    """A summary table: one line saying what it holds, its workflow-report category, and
+    whether only the second study (a config with `survey_summary`) writes it."""
 
     description: str
     category: str
+    second_study: bool = False
 
 
 TABLES: dict[str, Table] = {
@@ -126,6 +135,16 @@ TABLES: dict[str, Table] = {
         "implementations gated out of timing (main and small shape), with reasons", "Bits"
     ),
     "environment": Table("the fingerprint of the machine that produced the results", "Environment"),
+    "contract": Table(
+        "task x variant: the numerical contract named, and whether every case holds it",
+        "Bits",
+        second_study=True,
+    ),
+    "prediction": Table(
+        "task x variant: end-to-end time beside the survey's prediction, tail vs copy floor",
+        "Time",
+        second_study=True,
+    ),
 }
 PLOT_CONTROL_BIT_EQUALITY = "control_bit_equality.png"
 PLOT_CATEGORY = "Plots"
@@ -170,14 +189,14 @@ def survey_file(name: str, /, level: int = SURVEY_LEVEL, **wildcards: Any) -> st
     return path.replace(f"{RESULTS}/survey/", f"{RESULTS}/{survey_root(level)}/", 1)
 
 
-def log(stage: str) -> str:
+def log(stage: str, results: str | Path = RESULTS) -> str:
     """A job's log file; `stage` names it, e.g. "timing/{task}"."""
-    return f"{RESULTS}/logs/{stage}.log"
+    return f"{Path(results).as_posix()}/logs/{stage}.log"
 
 
-def benchmark(stage: str) -> str:
+def benchmark(stage: str, results: str | Path = RESULTS) -> str:
     """A job's Snakemake benchmark file; `stage` as for `log`."""
-    return f"{RESULTS}/benchmarks/{stage}.tsv"
+    return f"{Path(results).as_posix()}/benchmarks/{stage}.tsv"
 
 
 def wildcards_of(pattern: str) -> list[str]:
@@ -191,6 +210,8 @@ def record_keys(config: Mapping[str, Any]) -> Iterator[tuple]:
     values = {"task": list(config["tasks"]), "variant": list(config["variants"])}
     for kind, entry in RECORDS.items():
         if entry.needs_task is not None and entry.needs_task not in values["task"]:
+            continue
+        if entry.needs_config is not None and not config.get(entry.needs_config):
             continue
         names = wildcards_of(entry.path)
         for combo in itertools.product(*(values[name] for name in names)):
@@ -226,9 +247,15 @@ def tail_plot_name(task: int) -> str:
     return f"tail_time_{task}.png"
 
 
+def study_tables(config: Mapping[str, Any]) -> list[str]:
+    """The names of the tables a study of `config` writes, in TABLES order."""
+    second = bool(config.get("survey_summary"))
+    return [name for name, table in TABLES.items() if second or not table.second_study]
+
+
 def summary_outputs(config: Mapping[str, Any]) -> list[str]:
     """File names (relative to the summary directory) that `write_summary` writes."""
-    names = [f"{table}.{ext}" for table in TABLES for ext in ("csv", "md")]
+    names = [f"{table}.{ext}" for table in study_tables(config) for ext in ("csv", "md")]
     names += [tail_plot_name(task) for task in config["tasks"]]
     names.append(PLOT_CONTROL_BIT_EQUALITY)
     return names

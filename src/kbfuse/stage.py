@@ -104,10 +104,18 @@ def read_compile_metas(
 
 
 def load_modules(
-    variants: Mapping[str, tuple], names: Iterable[str], metas: Mapping[str, dict]
+    variants: Mapping[str, tuple],
+    names: Iterable[str],
+    metas: Mapping[str, dict],
+    kernels: Iterable[str] = launch.KERNEL_NAMES,
 ) -> dict[str, Any]:
-    """LoadedModule per named variant (only these are ever loaded)."""
-    return {name: launch.LoadedModule.load(Path(variants[name][0]), metas[name]) for name in names}
+    """LoadedModule per named variant (only these are ever loaded), each with `kernels` looked
+    up at once (the tail's: `Tail.kernels()`)."""
+    kernels = tuple(kernels)
+    return {
+        name: launch.LoadedModule.load(Path(variants[name][0]), metas[name], kernels)
+        for name in names
+    }
 
 
 def task_provenance(spec, **extra: Any) -> dict:
@@ -179,9 +187,10 @@ def scope_impls(
     """Zero-argument callables for one scope, baselines first, then variants; each
     baseline's build seconds go into `build_s` when given.
 
-    full: x -> the whole model (baselines) or FusedProgram (the model's linear, then the
-    kernel). tail: the fixed linear output y -> the model's tail (baselines, built on the
-    model with its linear swapped for Identity) or run_tail into a preallocated output.
+    full: x -> the whole model (baselines) or FusedProgram (the model's library op, then the
+    kernel). tail: the fixed library output y -> the model's tail (baselines, built on the
+    model with its library op swapped for the tail's stand-in) or run_tail into a
+    preallocated output.
     """
     import torch
 
@@ -201,7 +210,7 @@ def scope_impls(
         if scope == "full":
             impls[variant] = functools.partial(launch.FusedProgram(module, tail, model), x)
         else:
-            out = torch.empty_like(y)
+            out = torch.empty(tail.output_shape(model, y), dtype=y.dtype, device=y.device)
             impls[variant] = functools.partial(launch.run_tail, module, tail, model, y, out)
     return impls
 
@@ -222,7 +231,7 @@ def measure_program(
 
     tail = program.tail
     with torch.no_grad():
-        y = tail.linear(program.model)(program.x).contiguous()
+        y = tail.library_output(program.model, program.x)
         measurements: dict[str, dict] = {}
         ratios: dict[str, dict] = {}
         build_s: dict[str, dict[str, float]] = {}

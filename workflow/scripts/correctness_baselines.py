@@ -16,6 +16,7 @@ with job(snakemake.log[0], "correctness_baselines", gpu=True, gpu_lock=lock):
             distributions=snakemake.params.distributions,
             tolerance=tolerance_of(snakemake.input.contract),
             input_seed=snakemake.params.input_seed,
+            numerics=snakemake.params.get("numerics"),
         ),
         out=snakemake.output[0],
         log=None,

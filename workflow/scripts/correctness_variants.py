@@ -15,6 +15,7 @@ with job(snakemake.log[0], "correctness", gpu=True, gpu_lock="shared"):
             distributions=snakemake.params.distributions,
             tolerance=tolerance_of(snakemake.input.contract),
             input_seed=snakemake.params.input_seed,
+            numerics=snakemake.params.get("numerics"),
         ),
         log=None,
     )

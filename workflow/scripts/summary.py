@@ -1,8 +1,9 @@
 from pathlib import Path
 
-from kbfuse.layout import RESULTS
 from kbfuse.results.summary import write_summary
 from kbfuse.workflow.jobs import job
 
 with job(snakemake.log[0], "summary"):
-    write_summary(RESULTS, snakemake.params.study, Path(snakemake.output[0]).parent)
+    # The summary folder is <results>/summary, whichever study's results these are.
+    outdir = Path(snakemake.output[0]).parent
+    write_summary(outdir.parent, snakemake.params.study, outdir)

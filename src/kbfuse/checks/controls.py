@@ -69,8 +69,17 @@ _PAIR_META_KEYS = ("route", "kernel", "source_sha256", "requested_options", "exp
 # --------------------------------------------------------------------------- pure logic
 
 
-def check_controls_cfg(cfg: Mapping[str, Any]) -> dict:
-    """The `controls` config block as plain values; KbfuseError naming a bad key."""
+LINEAR_SMALL_SHAPE = ("batch", "in_features", "out_features")
+
+
+def check_controls_cfg(
+    cfg: Mapping[str, Any], small_shape_keys: Sequence[str] = LINEAR_SMALL_SHAPE
+) -> dict:
+    """The `controls` config block as plain values; KbfuseError naming a bad key.
+
+    `small_shape_keys`: the sizes the small shape names besides its seed (the tail's
+    `small_shape_keys`: batch, in_features, out_features after a linear layer; batch, height,
+    width after a convolution)."""
     if not isinstance(cfg, Mapping):
         raise KbfuseError(f"controls must be a mapping, got {cfg!r}")
     for key in ("small_shape", "tiny_values", "ftz_cost"):
@@ -81,7 +90,7 @@ def check_controls_cfg(cfg: Mapping[str, Any]) -> dict:
     cost = cfg["ftz_cost"]
     small_shape = {
         key: int_at_least(shape.get(key), f"controls.small_shape.{key}", 1)
-        for key in ("batch", "in_features", "out_features")
+        for key in small_shape_keys
     }
     small_shape["seed"] = int_at_least(
         shape.get("seed", SMALL_SHAPE_SEED), "controls.small_shape.seed", 0
@@ -151,8 +160,9 @@ def tiny_value_cases(low: float, high: float, dense_count: int) -> dict[str, np.
 def as_rows(values: np.ndarray, cols: int) -> np.ndarray:
     """Values laid out as a (rows, cols) float32 matrix, zero-padded at the end.
 
-    The tails are elementwise, so padding does not change the first len(values) outputs;
-    task 95's kernel needs cols equal to the length of its add parameter.
+    A pointwise tail is elementwise, so padding does not change the first len(values)
+    outputs; task 95's kernel needs cols equal to the length of its add parameter, a
+    convolution's tail a multiple of its channels (`Tail.control_columns`).
     """
     int_at_least(cols, "cols", 1)
     rows = max(1, -(-values.size // cols))
@@ -221,13 +231,26 @@ def build_resized_model(spec, seed: int, in_features: int, out_features: int, ta
         init_inputs=lambda: small_init_inputs(spec.init_inputs(), in_features, out_features),
     )
     model = kernelbench.build_model(resized, seed=seed)
-    linear = tail.linear(model)
+    linear = tail.library(model)
     if (linear.in_features, linear.out_features) != (in_features, out_features):
         raise KbfuseError(
             f"task {spec.task}: rebuilt model has linear {linear.in_features}x"
             f"{linear.out_features}, expected {in_features}x{out_features}"
         )
     return model
+
+
+def small_program(spec, tail, shape: Mapping[str, int]) -> tuple[Any, tuple[int, ...]]:
+    """(model, input shape) of the small shape, the model seeded `shape["seed"]`: after a
+    linear layer the model is rebuilt with the small in/out features (the study's (B, K, H));
+    after a convolution the model is the task's own and only the input shrinks (batch and
+    spatial size; the channels are the convolution's)."""
+    seed = shape["seed"]
+    if tail.small_shape_keys == LINEAR_SMALL_SHAPE:
+        model = build_resized_model(spec, seed, shape["in_features"], shape["out_features"], tail)
+        return model, (shape["batch"], shape["in_features"])
+    model = kernelbench.build_model(spec, seed=seed)
+    return model, tail.small_input_shape(model, shape)
 
 
 def small_shape_correctness(
@@ -244,7 +267,7 @@ def small_shape_correctness(
 
     model, x, tail = program.model, program.x, program.tail
     with torch.no_grad():
-        y = tail.linear(model)(x).contiguous()
+        y = tail.library_output(model, x)
         reference = {"full": model(x), "tail": tail.reference(model, y)}
     subjects = [
         baseline_subject(name, model, tail, x, y)
@@ -287,8 +310,8 @@ def small_shape_control(
     import torch
 
     seed = shape["seed"]
-    model = build_resized_model(spec, seed, shape["in_features"], shape["out_features"], tail)
-    x = make_input("uniform", (shape["batch"], shape["in_features"]), seed, "cuda")
+    model, input_shape = small_program(spec, tail, shape)
+    x = make_input("uniform", input_shape, seed, "cuda")
     program = Program(model, x, tail, baseline_names, modules)
     checked = small_shape_correctness(program, tolerance, say)
     skipped = {
@@ -321,16 +344,14 @@ def small_shape_control(
 
 
 def _zero_tail_parameters(model, tail):
-    """A copy of the model whose non-linear parameters (task 95's add_value) are zero, so the
-    control values reach the tail's pointwise ops unchanged."""
+    """A copy of the model whose tail parameters (task 95's add_value, a convolution's bias)
+    are zero, so the control values reach the tail's pointwise ops unchanged."""
     import torch
 
     zeroed = copy.deepcopy(model)
-    linear_prefix = tail.linear_attr + "."
     with torch.no_grad():
-        for name, param in zeroed.named_parameters():
-            if not name.startswith(linear_prefix):
-                param.zero_()
+        for param in tail.tail_parameters(zeroed).values():
+            param.zero_()
     return zeroed
 
 
@@ -343,21 +364,21 @@ def tiny_values_control(
     say: Callable[[str], None],
 ) -> dict:
     """Every variant module's tail on the tiny-value cases (the tail's own parameters zeroed,
-    so the values reach the kernel's arithmetic as they are) against the reference tail."""
+    so the values reach the kernel's arithmetic as they are) against the reference tail; for a
+    tail that reduces, its element-wise stage (the stage kernel against eager's stage)."""
     import torch
 
     zeroed = _zero_tail_parameters(model, tail)
-    cols = int(tail.linear(zeroed).out_features)
+    cols = int(tail.control_columns(zeroed))
     cases = tiny_value_cases(tiny["low"], tiny["high"], tiny["dense_count"])
     result: dict[str, dict] = {variant: {"cases": []} for variant in modules}
     with torch.no_grad():
         for name, values in cases.items():
-            y = torch.from_numpy(as_rows(values, cols)).to("cuda")
-            reference = tail.reference(zeroed, y).reshape(-1)[: values.size]
+            block = torch.from_numpy(as_rows(values, cols)).to("cuda")
+            y = tail.control_input(zeroed, block)
+            reference, run = _tiny_reference(tail, zeroed, y, values.size)
             for variant, module in modules.items():
-                out = torch.full_like(y, float("nan"))
-                launch.run_tail(module, tail, zeroed, y, out)
-                candidate = out.reshape(-1)[: values.size]
+                candidate = run(module)
                 record = numerics.compare(
                     reference,
                     candidate,
@@ -374,6 +395,27 @@ def tiny_values_control(
     del zeroed
     torch.cuda.empty_cache()
     return result
+
+
+def _tiny_reference(tail, model, y, count: int):
+    """(eager's values, module -> the kernel's values) of one tiny-value case: the first
+    `count` outputs of a pointwise tail, or a reducing tail's whole element-wise stage."""
+    import torch
+
+    if tail.pointwise:
+
+        def run(module):
+            out = torch.full(tail.output_shape(model, y), float("nan"), device=y.device)
+            launch.run_tail(module, tail, model, y, out)
+            return out.reshape(-1)[:count]
+
+        return tail.reference(model, y).reshape(-1)[:count], run
+
+    def run_stage(module):
+        out = torch.full(tail.stage_shape(model, y), float("nan"), device=y.device)
+        return launch.run_stage(module, tail, model, y, out)
+
+    return tail.stage_reference(model, y), run_stage
 
 
 def _flushes_subnormals(module) -> bool:
@@ -400,12 +442,12 @@ def ftz_cost_control(
     model, x, tail, modules = program.model, program.x, program.tail, program.modules
     result: dict[str, dict] = {}
     with torch.no_grad():
-        y = tail.linear(model)(x).contiguous()
+        y = tail.library_output(model, x)
         for route, pair in pairs.items():
             on, off = pair["ftz_on"], pair["ftz_off"]
             impls = {}
             for variant in (on, off):
-                out = torch.empty_like(y)
+                out = torch.empty(tail.output_shape(model, y), dtype=y.dtype, device=y.device)
                 impls[variant] = functools.partial(
                     launch.run_tail, modules[variant], tail, model, y, out
                 )
@@ -455,7 +497,7 @@ def run_controls(
     import torch
 
     say = Progress(log, "kbfuse.checks.controls")
-    cfg = check_controls_cfg(controls_cfg)
+    cfg = check_controls_cfg(controls_cfg, tails.tail_for(inputs.task).small_shape_keys)
     protocol = check_protocol(protocol)
     tolerance = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
     task, variants = inputs.task, inputs.variants
@@ -468,7 +510,7 @@ def run_controls(
 
     spec, tail, numerics = inputs.load()
     # Every variant is loaded for the (diagnostic) tiny values; only eligible ones are timed.
-    modules = load_modules(variants, list(variants), metas)
+    modules = load_modules(variants, list(variants), metas, tail.kernels())
     eligible_modules = {v: modules[v] for v in eligible}
 
     small = small_shape_control(
@@ -484,12 +526,14 @@ def run_controls(
     small["skipped"] = {**gated["skipped"], **small["skipped"]}
 
     model = kernelbench.build_model(spec, seed=protocol["input_seed"])
-    x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
+    x = make_input("uniform", tail.input_shape(spec), protocol["input_seed"], "cuda")
     main_shape = Program(model, x, tail, (), modules)
     ftz_cost = ftz_cost_control(main_shape, pairs, cfg["ftz_cost"], protocol, say, (task,))
     del main_shape, x
     tiny = tiny_values_control(model, tail, modules, cfg["tiny_values"], tolerance, say)
-    every_input = exhaustive_control(model, tail, modules, say)
+    # A reducing tail maps no single input to a single output: no exhaustive control
+    # (kbfuse.checks.exhaustive); its stage's bits are checked case by case instead.
+    every_input = exhaustive_control(model, tail, modules, say) if tail.pointwise else {}
 
     result = make_record(
         "controls",

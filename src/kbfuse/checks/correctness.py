@@ -76,23 +76,29 @@ _logger = logging.getLogger("kbfuse.checks.correctness")
 
 
 REQUEST_KEYS = ("seeds", "distributions", "tolerance", "input_seed")
+# A request may also name the numerics mode (the second study's; None: the first study's
+# strict FP32, kbfuse.tasks.baselines.set_numerics).
+OPTIONAL_REQUEST_KEYS = ("numerics",)
 
 
 def checked_request(request: Any) -> dict:
-    """`check_request` of a mapping with exactly the keys REQUEST_KEYS (how the stage entry
-    points take what to check)."""
+    """`check_request` of a mapping with exactly the keys REQUEST_KEYS, and optionally those
+    of OPTIONAL_REQUEST_KEYS (how the stage entry points take what to check)."""
     if not isinstance(request, Mapping):
         raise KbfuseError(f"a correctness request must be a mapping, got {request!r}")
     missing = [key for key in REQUEST_KEYS if key not in request]
-    extra = sorted(str(key) for key in request if key not in REQUEST_KEYS)
+    known = REQUEST_KEYS + OPTIONAL_REQUEST_KEYS
+    extra = sorted(str(key) for key in request if key not in known)
     if missing or extra:
         raise KbfuseError(
-            f"correctness request: missing {missing}, unknown {extra}; keys: {list(REQUEST_KEYS)}"
+            f"correctness request: missing {missing}, unknown {extra}; keys: {list(known)}"
         )
     return check_request(**request)
 
 
-def check_request(seeds: Any, distributions: Any, tolerance: Any, input_seed: Any) -> dict:
+def check_request(
+    seeds: Any, distributions: Any, tolerance: Any, input_seed: Any, numerics: Any = None
+) -> dict:
     """Validate the study parameters before any work; returns them normalised."""
     if not isinstance(seeds, Sequence) or isinstance(seeds, str) or not seeds:
         raise KbfuseError(f"seeds must be a non-empty list of integers, got {seeds!r}")
@@ -119,12 +125,26 @@ def check_request(seeds: Any, distributions: Any, tolerance: Any, input_seed: An
         checked_tolerance[key] = float(value)
     if isinstance(input_seed, bool) or not isinstance(input_seed, int) or input_seed < 0:
         raise KbfuseError(f"input_seed must be a non-negative integer, got {input_seed!r}")
-    return {
+    request = {
         "seeds": [int(s) for s in seeds],
         "distributions": check_distributions(distributions),
         "tolerance": checked_tolerance,
         "input_seed": int(input_seed),
     }
+    if numerics is not None:
+        request["numerics"] = check_numerics_mode(numerics)
+    return request
+
+
+def check_numerics_mode(mode: Any) -> str | None:
+    """A numerics mode of kbfuse.survey.settings.NUMERICS, or None; KbfuseError otherwise."""
+    if mode is None:
+        return None
+    from kbfuse.survey.settings import NUMERICS
+
+    if not isinstance(mode, str) or mode not in NUMERICS:
+        raise KbfuseError(f"numerics mode {mode!r} is unknown; known: {list(NUMERICS)}")
+    return mode
 
 
 # --------------------------------------------------------------------------- stage entry points
@@ -140,22 +160,24 @@ def _load(task: int, checkout, pin_path, request: dict, progress: Progress):
     spec = load_task(checkout, read_pin(pin_path), task)
     if not torch.cuda.is_available():
         raise KbfuseError(f"correctness of task {task} needs a CUDA GPU, but torch sees none")
-    numerics = baselines.set_numerics()
+    numerics = baselines.set_numerics(request.get("numerics"))
     model = build_model(spec, seed=request["input_seed"], device="cuda")
     progress(
         f"task {task} ({spec.name}, sha256 {spec.sha256[:12]}, pin {spec.pin_commit[:12]}): "
-        f"input shape {spec.input_shape()}, model seed {request['input_seed']}"
+        f"input shape {tail.input_shape(spec)}, model seed {request['input_seed']}, "
+        f"numerics {numerics}"
     )
     return TaskChecks(spec, model, tail, request, progress), numerics
 
 
 def _shape(checks: TaskChecks) -> dict:
-    batch, in_features = checks.shape
-    return {
-        "batch": batch,
-        "in_features": in_features,
-        "out_features": checks.linear.out_features,
-    }
+    """The record's `shape` block (kbfuse.tasks.tailbase.Tail.shape_record): input, library
+    output and output shapes, on a draw of the input's shape."""
+    x = checks.input("uniform", checks.request["input_seed"])
+    y = checks.library_output(x)
+    record = checks.tail.shape_record(checks.model, x, y)
+    del x, y
+    return record
 
 
 def _check_variant_request(variants: Any, outs: Any) -> list[str]:
@@ -186,7 +208,7 @@ def _check_variant_request(variants: Any, outs: Any) -> list[str]:
 
 
 def _variant_record(
-    task: int, name: str, meta: dict, checks: TaskChecks, request: dict, numerics, result
+    task: int, name: str, meta: dict, checks: TaskChecks, request: dict, numerics, result, shape
 ) -> dict:
     return make_record(
         "correctness",
@@ -201,7 +223,7 @@ def _variant_record(
             artifact_sha256=meta.get("artifact_sha256"),
         ),
         tolerance=request["tolerance"],
-        shape=_shape(checks),
+        shape=shape,
         gate=GATE_RULE,
         numerics=numerics,
         **result,
@@ -236,12 +258,15 @@ def run_correctness_variants(
     makers = []
     for name in names:
         artifact = variants[name][0]
-        mod = LoadedModule.load(artifact, metas[name])
+        mod = LoadedModule.load(artifact, metas[name], checks.tail.kernels())
         progress(f"loaded {artifact} (variant {name}, route {metas[name].get('route')})")
         makers.append(functools.partial(variant_subject, name, mod, checks.tail))
     results = checks.run_all(makers)
+    shape = _shape(checks)
     records = {
-        name: _variant_record(task, name, metas[name], checks, request, numerics, results[name])
+        name: _variant_record(
+            task, name, metas[name], checks, request, numerics, results[name], shape
+        )
         for name in names
     }
     write_all({outs[name]: records[name] for name in names})
@@ -289,7 +314,7 @@ def run_baselines(
             )
     checks, numerics = _load(task, checkout, pin_path, request, progress)
     x_example = checks.input("uniform", request["input_seed"])
-    y_example = checks.linear_output(x_example)
+    y_example = checks.library_output(x_example)
     makers = [
         functools.partial(_baseline_on, name, checks.tail, x_example, y_example, progress)
         for name in implementations

@@ -1,11 +1,15 @@
 """The exhaustive control: every float32 bit pattern through each fused tail, against eager.
 
-A tail is a pointwise function of one float (task 95: of one float after the add), so running
-all 2^32 bit patterns through the kernel and through the model's own eager tail and comparing
-the output bits decides bit-identity for every input the tail can ever see, not only for the
-sampled cases. For task 95 the add parameter is set to -0.0, the one value for which
-`x + add == x` bit for bit for every x (-0.0 included), so the patterns reach the rest of the
-tail unchanged; the add itself is one IEEE addition in both.
+A pointwise tail is a function of one float (task 95: of one float after the add; task 4: after
+the convolution's bias add), so running all 2^32 bit patterns through the kernel and through
+the model's own eager tail and comparing the output bits decides bit-identity for every input
+the tail can ever see, not only for the sampled cases. The parameters the tail adds first
+(`Tail.tail_parameters`: task 95's add parameter, task 4's bias) are set to -0.0, the one value
+for which `x + add == x` bit for bit for every x (-0.0 included), so the patterns reach the
+rest of the tail unchanged; the add itself is one IEEE addition in both. The patterns are laid
+out as the tail's input (`Tail.control_input`: rows of a linear output, or (rows, channels, h,
+w) after a convolution). A tail that reduces has no such map from one input to one output: the
+control does not apply to it (kbfuse.checks.contract holds it to another contract).
 
 Before each variant's launch its output buffer (fresh for every variant, so nothing carries
 over from the variant before) is filled with a sentinel bit pattern, a NaN with a payload no
@@ -25,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbfuse.compilation import launch
+from kbfuse.errors import KbfuseError
 
 PATTERNS = 1 << 32
 SENTINEL_BITS = 0x7FA5A5A5  # a quiet NaN with a payload that no float operation creates
@@ -33,15 +38,13 @@ EXAMPLES = 4
 
 
 def _tail_model_with_identity_operands(model, tail):
-    """A copy of the model whose non-linear parameters are -0.0 (x + -0.0 == x, bit for bit)."""
+    """A copy of the model whose tail parameters are -0.0 (x + -0.0 == x, bit for bit)."""
     import torch
 
     model = copy.deepcopy(model)
-    linear_prefix = tail.linear_attr + "."
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            if not name.startswith(linear_prefix):
-                param.fill_(-0.0)
+        for param in tail.tail_parameters(model).values():
+            param.fill_(-0.0)
     return model
 
 
@@ -97,8 +100,13 @@ def exhaustive_control(
 
     from kbfuse.checks.numerics import f32_bits_hex
 
+    if not tail.pointwise:
+        raise KbfuseError(
+            f"task {tail.task}: the exhaustive control runs pointwise tails only (this one "
+            "reduces; its contract is kbfuse.checks.contract's)"
+        )
     tail_model = _tail_model_with_identity_operands(model, tail)
-    cols = int(tail.linear(tail_model).out_features)
+    cols = int(tail.control_columns(tail_model))
     chunk = max(cols, (1 << chunk_bits) // cols * cols)
     counts = {
         v: {"differ": 0, "nan_payload_only": 0, "unwritten": 0, "examples": []} for v in modules
@@ -106,7 +114,7 @@ def exhaustive_control(
     with torch.no_grad():
         for first in range(0, patterns, chunk):
             count = min(chunk, patterns - first)
-            rows = bit_patterns(first, count, cols, device)
+            rows = tail.control_input(tail_model, bit_patterns(first, count, cols, device))
             reference_rows = tail.reference(tail_model, rows)
             x, reference = (t.view(-1)[:count] for t in (rows, reference_rows))
             for variant, module in modules.items():

@@ -6,10 +6,17 @@ the timing input, the tail controls, the CUDA-graph replays) and checks each imp
 `SubjectMaker`) against PyTorch eager, computing each shared case's input and reference once.
 Outputs of a kernel are poisoned with NaN before every launch and replay, so an element a
 kernel fails to write cannot pass by inheriting a stale correct value.
+
+A kernel variant of a tail that names a contract (kbfuse.checks.contract) gets a `contract`
+verdict beside the gate: for a pointwise tail read off its cases' bit-equal counts, for a
+reducing tail checked case by case (`ReductionCase`: its stage kernel against eager's
+element-wise stage, its result's error against the float64 references against eager's) on
+every whole-program case, the timing input and every tail control.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -18,6 +25,7 @@ from typing import Any
 
 import torch
 
+from kbfuse.checks import contract
 from kbfuse.checks.cases import assemble, check_case
 from kbfuse.checks.tail_controls import control_inputs
 from kbfuse.errors import KbfuseError
@@ -26,6 +34,7 @@ from kbfuse.stage import Progress
 from kbfuse.tasks import baselines
 from kbfuse.tasks.inputs import make_input
 from kbfuse.tasks.kernelbench import TaskSpec, build_model
+from kbfuse.tasks.tailbase import fan_in_bound
 from kbfuse.tasks.tails import Tail
 from kbfuse.tasks.weights import weights_sha256
 
@@ -54,6 +63,21 @@ class Subject:
     full: Callable[[torch.Tensor], torch.Tensor]
     tail: Callable[[torch.Tensor], torch.Tensor]
     capture: Callable[[torch.Tensor], torch.Tensor]
+    # A kernel variant of a reducing tail: its element-wise stage on a library output (the
+    # stage kernel), held to the tail's contract case by case (kbfuse.checks.contract).
+    stage: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # The contract it is held to (kbfuse.checks.contract; None: the official gate only).
+    contract: str | None = None
+
+
+@dataclass
+class CaseInput:
+    """What a reducing tail's contract needs of one case besides its outputs: the model it
+    ran on, the library output the tail saw, and the program input (None for tail controls)."""
+
+    model: Any
+    y: torch.Tensor
+    x: torch.Tensor | None = None
 
 
 SubjectMaker = Callable[[Any], Subject]  # a task model -> the implementation built on it
@@ -88,12 +112,12 @@ class TaskChecks:
         self.spec = spec
         self.model = model
         self.tail = tail
-        self.linear = tail.linear(model)
+        self.library = tail.library(model)
         self.request = request
         self.tolerance = request["tolerance"]
         self.progress = progress
-        self.device = self.linear.weight.device
-        self.shape = tuple(spec.input_shape())
+        self.device = self.library.weight.device
+        self.shape = tuple(tail.input_shape(spec))
 
     def seed_model(self, seed: int):
         """The task model built right after seeding `seed`, as the study built one per seed."""
@@ -106,9 +130,8 @@ class TaskChecks:
         with torch.no_grad():
             return (self.model if model is None else model)(x)
 
-    def linear_output(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.linear(x).contiguous()
+    def library_output(self, x: torch.Tensor, model=None) -> torch.Tensor:
+        return self.tail.library_output(self.model if model is None else model, x)
 
     def case(self, reference, candidate, name: str, group: str, subject: Subject) -> dict:
         record = check_case(reference, candidate, self.tolerance, name, group)
@@ -128,11 +151,19 @@ class TaskChecks:
         group: str,
         subjects: Sequence[Subject],
         cases: dict[str, list[dict]],
+        where: CaseInput | None = None,
     ) -> None:
-        """Check each subject's `program` ("full" or "tail") on `argument` against `reference`."""
+        """Check each subject's `program` ("full" or "tail") on `argument` against `reference`;
+        subjects with a stage also against the reduction contract (`where` says what on)."""
+        checker = None
         for subject in subjects:
             candidate = getattr(subject, program)(argument)
             cases[subject.name].append(self.case(reference, candidate, name, group, subject))
+            if subject.stage is not None and where is not None:
+                checker = checker or ReductionCase(self.tail, where, reference, name, group)
+                record = checker.check(subject, candidate)
+                self.contract_cases.setdefault(subject.name, []).append(record)
+                self.progress(f"{subject.name} {name}: reduction contract {checker.say(record)}")
             del candidate
 
     def full_program(
@@ -157,11 +188,18 @@ class TaskChecks:
                     "full_program",
                     subjects,
                     cases,
+                    self.case_input(subjects, model, x),
                 )
                 del x, reference
             del subjects, model
             torch.cuda.empty_cache()
         return weights
+
+    def case_input(self, subjects: Sequence[Subject], model, x) -> CaseInput | None:
+        """The contract's view of a whole-program case, when a subject is held to it."""
+        if not any(subject.stage is not None for subject in subjects):
+            return None
+        return CaseInput(model=model, y=self.library_output(x, model), x=x)
 
     def timing_input(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
         seed = self.request["input_seed"]
@@ -174,14 +212,15 @@ class TaskChecks:
             "timing_input",
             subjects,
             cases,
+            self.case_input(subjects, self.model, x),
         )
 
     def control_tensors(self) -> dict[str, torch.Tensor]:
-        y = self.linear_output(self.input("uniform", LINEAR_OUTPUT_SEED))
-        controls = {"tail/linear_output": y}
-        cols = self.linear.out_features
+        y = self.library_output(self.input("uniform", LINEAR_OUTPUT_SEED))
+        controls = {self.tail.library_case: y}
+        cols = self.tail.control_columns(self.model)
         for name, values in control_inputs(self.tail, self.model, cols).items():
-            controls[name] = values.to(self.device)
+            controls[name] = self.tail.control_input(self.model, values).to(self.device)
         offset = self.tail.column_offset(self.model)
         if offset is not None:
             # (v - add) + add lands on or next to v: the bound values after the add.
@@ -193,13 +232,15 @@ class TaskChecks:
     def tail_controls(self, subjects: Sequence[Subject], cases: dict[str, list[dict]]) -> None:
         for name, y in self.control_tensors().items():
             reference = self.tail.reference(self.model, y)
-            self.shared_case(reference, "tail", y, name, "tail_control", subjects, cases)
+            where = CaseInput(model=self.model, y=y)
+            self.shared_case(reference, "tail", y, name, "tail_control", subjects, cases, where)
 
-    def _new_linear_parameters(self) -> dict[str, torch.Tensor]:
-        # Uniform in +-1/sqrt(in_features), nn.Linear's own initialisation range.
-        bound = 1.0 / math.sqrt(self.linear.in_features)
+    def _new_library_parameters(self) -> dict[str, torch.Tensor]:
+        # Uniform in +-1/sqrt(fan_in), nn.Linear's (1/sqrt(in_features)) and nn.Conv2d's own
+        # initialisation range.
+        bound = fan_in_bound(self.library.weight)
         fresh = {}
-        for index, (name, param) in enumerate(self.linear.named_parameters()):
+        for index, (name, param) in enumerate(self.library.named_parameters()):
             draw = make_input("uniform", tuple(param.shape), GRAPH_WEIGHT_SEED + index)
             fresh[name] = ((draw * 2 - 1) * bound).to(self.device)
         return fresh
@@ -223,7 +264,7 @@ class TaskChecks:
                 static_x.mul_(0.9)
             cases.append(self.replay_case(replay, "graph/input_mul_0.9", subject))
             with torch.no_grad():
-                self.linear.weight.add_(1e-5)
+                self.library.weight.add_(1e-5)
             cases.append(self.replay_case(replay, "graph/weight_add_1e-5", subject))
             for name, param in self.tail.tail_parameters(self.model).items():
                 with torch.no_grad():
@@ -235,8 +276,8 @@ class TaskChecks:
             cases.append(self.replay_case(replay, "graph/new_input", subject))
 
             with torch.no_grad():
-                for name, value in self._new_linear_parameters().items():
-                    getattr(self.linear, name).copy_(value)
+                for name, value in self._new_library_parameters().items():
+                    getattr(self.library, name).copy_(value)
             cases.append(self.replay_case(replay, "graph/new_weights", subject))
 
             for name, param in self.tail.tail_parameters(self.model).items():
@@ -267,6 +308,7 @@ class TaskChecks:
             raise KbfuseError(f"task {self.spec.task}: implementation names repeat: {names}")
         self.progress(f"checking {', '.join(names)} on task {self.spec.task}")
         cases: dict[str, list[dict]] = {name: [] for name in names}
+        self.contract_cases: dict[str, list[dict]] = {}
         weights = self.full_program(makers, cases)
         weights[str(self.request["input_seed"])] = weights_sha256(self.model)
         self.timing_input(subjects, cases)
@@ -279,6 +321,10 @@ class TaskChecks:
             torch.cuda.empty_cache()
             result = assemble(cases[subject.name], capture)
             result["weights_sha256"] = dict(weights)
+            if subject.contract is not None:
+                result["contract"] = contract.verdict(
+                    subject.contract, result["cases"], self.contract_cases.get(subject.name, [])
+                )
             self.progress(
                 f"{subject.name}: {'passed' if result['passed'] else 'FAILED'} "
                 f"({result['summary']['bit_identical_cases']}/{len(result['cases'])} cases "
@@ -289,6 +335,50 @@ class TaskChecks:
 
     def run(self, make: SubjectMaker) -> dict:
         return next(iter(self.run_all([make]).values()))
+
+
+class ReductionCase:
+    """One case of a reducing tail's contract (kbfuse.checks.contract), for every subject
+    held to it: eager's element-wise stage and the float64 references are computed once, on
+    the first subject, then each subject's stage kernel and result are compared with them."""
+
+    def __init__(self, tail: Tail, where: CaseInput, eager: torch.Tensor, name: str, group: str):
+        self.tail = tail
+        self.where = where
+        self.eager = eager
+        self.name = name
+        self.group = group
+        reduction = tail.reduction(where.model, where.y)
+        self.stage_reference = reduction.stage
+        self.reduction64 = reduction.again(reduction.stage.double())
+        model64 = copy.deepcopy(where.model).double()
+        with torch.no_grad():
+            self.tail64 = tail.reference(model64, where.y.double())
+            self.task64 = None if where.x is None else model64(where.x.double())
+        del model64
+
+    def check(self, subject: Subject, candidate: torch.Tensor) -> dict:
+        stage = contract.stage_comparison(
+            self.stage_reference, subject.stage(self.where.y), f"{self.name}/stage"
+        )
+        compare = functools.partial(
+            contract.float64_comparison, eager=self.eager, candidate=candidate
+        )
+        reduction = compare(self.reduction64, name="float64_reduction")
+        tail = compare(self.tail64, name="float64_tail")
+        task = None if self.task64 is None else compare(self.task64, name="float64_task")
+        return contract.reduction_case(self.name, self.group, stage, reduction, tail, task)
+
+    @staticmethod
+    def say(record: dict) -> str:
+        parts = [f"stage bit_equal {record['stage']['bit_equal']}/{record['stage']['elements']}"]
+        for key in ("float64_reduction", "float64_tail", "float64_task"):
+            if record[key] is not None:
+                parts.append(
+                    f"{key} error {record[key]['candidate_max_abs_error']:.3g} "
+                    f"(eager {record[key]['eager_max_abs_error']:.3g})"
+                )
+        return ("holds" if record["holds"] else "FAILS") + ": " + ", ".join(parts)
 
 
 def capture_graph(program: Callable, static_x: torch.Tensor, warm_calls: int):
@@ -308,20 +398,34 @@ def capture_graph(program: Callable, static_x: torch.Tensor, warm_calls: int):
 
 
 def variant_subject(name: str, mod, tail: Tail, model) -> Subject:
-    """The fused kernel: the model's own linear, then the kernel tail; outputs NaN-poisoned."""
-    from kbfuse.compilation.launch import FusedProgram, run_tail
+    """The fused kernel: the model's own library op, then the kernel tail (and, for a reducing
+    tail, its stage kernel); outputs NaN-poisoned."""
+    from kbfuse.compilation.launch import FusedProgram, run_stage, run_tail
 
     program = FusedProgram(mod, tail, model)
-    out_features = tail.linear(model).out_features
+
+    def poisoned_output(y: torch.Tensor) -> torch.Tensor:
+        return torch.full(tail.output_shape(model, y), math.nan, dtype=y.dtype, device=y.device)
 
     def full(x: torch.Tensor) -> torch.Tensor:
-        out = torch.full((x.shape[0], out_features), math.nan, dtype=x.dtype, device=x.device)
-        return program(x, out=out)
+        y = tail.library_output(model, x)
+        return run_tail(mod, tail, model, y, out=poisoned_output(y))
 
     def tail_only(y: torch.Tensor) -> torch.Tensor:
-        return run_tail(mod, tail, model, y, out=torch.full_like(y, math.nan))
+        return run_tail(mod, tail, model, y, out=poisoned_output(y))
 
-    return Subject(name=name, full=full, tail=tail_only, capture=program)
+    def stage(y: torch.Tensor) -> torch.Tensor:
+        out = torch.full(tail.stage_shape(model, y), math.nan, dtype=y.dtype, device=y.device)
+        return run_stage(mod, tail, model, y, out=out)
+
+    return Subject(
+        name=name,
+        full=full,
+        tail=tail_only,
+        capture=program,
+        stage=stage if tail.stage_kernel is not None else None,
+        contract=tail.contract,
+    )
 
 
 def baseline_subject(name: str, model, tail: Tail, x_example, y_example) -> Subject:

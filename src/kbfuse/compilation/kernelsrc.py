@@ -24,6 +24,8 @@ and optionally one line per kernel that launches differently:
 `per-element`: one thread per element, grid = ceil(n / threads). `grid-stride`: every thread
 loops over the tensor, so any grid is correct; the grid is `blocks-per-sm` blocks per SM,
 capped at ceil(n / (threads * items-per-thread)) so small tensors get no idle blocks.
+`per-block`: one block of `threads` per work item of the tail (a (sample, channel) plane of a
+reduction, kbfuse.tasks.tailbase.Tail.launch_items), grid = n.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", re.M)
 _LAUNCH_LINE = re.compile(r"^[ \t]*//[ \t]*kbfuse-launch(?:[ \t]+(\w+))?[ \t]*:(.*)$", re.M)
 
 _FIELD_VALUE = re.compile(r"[0-9]{1,9}")
-LAUNCH_MODES = ("per-element", "grid-stride")
+LAUNCH_MODES = ("per-element", "grid-stride", "per-block")
 MAX_THREADS_PER_BLOCK = 1024
 
 
@@ -306,6 +308,8 @@ def grid_blocks(launch: Launch, n: int, sm_count: int) -> int:
         raise KbfuseError(f"element count {n} must be positive")
     if launch.mode == "per-element":
         return -(-n // launch.threads)
+    if launch.mode == "per-block":
+        return n
     if sm_count <= 0:
         raise KbfuseError(f"SM count {sm_count} must be positive")
     per_block = launch.threads * launch.items_per_thread

@@ -6,7 +6,14 @@ the driver). The launch geometry is the one the kernel source declares (its kbfu
 line, recorded as `launch` in the compile metadata; kbfuse.compilation.kernelsrc). Launches go to
 `torch.cuda.current_stream()`, so they order with torch work and are captured by
 `torch.cuda.graph`: nothing here synchronises the host, and with `out` given nothing is
-allocated. Only the module and its function handles are kept between calls.
+allocated but a tail's workspace (`Tail.workspace`: zeroed buffers a reducing kernel keeps its
+partial sums in, allocated through torch's caching allocator so that CUDA graphs capture it).
+Only the module and its function handles are kept between calls.
+
+A module loads the witness kernel and the kernels the caller names when it loads (a kernel
+missing from the artifact is an error then); any other kernel is looked up on first use.
+Each launch covers the work items the tail names (`Tail.launch_items`: elements, or planes
+of a reduction), in the source's geometry (`per-element`, `grid-stride` or `per-block`).
 
 cupy is imported inside functions, so this module imports on machines without a GPU.
 """
@@ -27,7 +34,7 @@ from kbfuse.tasks import registry as tasks
 from kbfuse.tasks.tails import Tail, pointer
 
 MAX_GRID_X = 2**31 - 1
-KERNEL_NAMES = tasks.KERNEL_NAMES  # every tail kernel and the witness, loaded with the module
+KERNEL_NAMES = tasks.KERNEL_NAMES  # the first study's kernels and the witness (the default)
 
 # CuPy memoizes RawModule(path=...) per path and device for the life of the process. A path
 # reloaded with different content would silently give the old module, so refuse that.
@@ -80,8 +87,14 @@ class LoadedModule:
         self._functions = functions
 
     @classmethod
-    def load(cls, artifact: str | os.PathLike, meta: dict | str | os.PathLike) -> LoadedModule:
-        """Check sha256 against meta["artifact_sha256"], then load with cupy.RawModule."""
+    def load(
+        cls,
+        artifact: str | os.PathLike,
+        meta: dict | str | os.PathLike,
+        kernels=KERNEL_NAMES,
+    ) -> LoadedModule:
+        """Check sha256 against meta["artifact_sha256"], then load with cupy.RawModule and
+        look up `kernels` (and the witness) at once."""
         artifact = Path(artifact)
         if not isinstance(meta, dict):
             meta = read_json(meta)
@@ -112,25 +125,24 @@ class LoadedModule:
         device = cupy.cuda.runtime.getDevice()
         sm_count = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
         raw_module = cupy.RawModule(path=str(artifact))
-        functions = {}
-        for name in KERNEL_NAMES:
-            try:
-                functions[name] = raw_module.get_function(name)
-            except cupy.cuda.driver.CUDADriverError as exc:
-                raise KbfuseError(
-                    f"artifact {artifact} (variant {meta.get('variant')!r}): kernel {name!r} "
-                    f"cannot be loaded: {exc}"
-                ) from exc
-        return cls(artifact, meta, raw_module, functions, device, launch, sm_count)
+        module = cls(artifact, meta, raw_module, {}, device, launch, sm_count)
+        for name in dict.fromkeys((*kernels, tasks.WITNESS_KERNEL)):
+            module.function(name)
+        return module
 
     def function(self, name: str):
-        """The cupy.RawKernel `name` (one of KERNEL_NAMES)."""
-        try:
-            return self._functions[name]
-        except KeyError:
-            raise KbfuseError(
-                f"kernel {name!r} is not one of the loaded kernels {list(self._functions)}"
-            ) from None
+        """The cupy.RawKernel `name`, looked up in the module on first use."""
+        if name not in self._functions:
+            import cupy
+
+            try:
+                self._functions[name] = self._raw_module.get_function(name)
+            except cupy.cuda.driver.CUDADriverError as exc:
+                raise KbfuseError(
+                    f"artifact {self.artifact} (variant {self.variant!r}): kernel {name!r} "
+                    f"cannot be loaded: {exc}"
+                ) from exc
+        return self._functions[name]
 
     def launch(self, name: str, n: int, args: tuple, device: torch.device) -> None:
         """Kernel `name` over n elements, in the source's launch geometry, on torch's stream."""
@@ -158,14 +170,36 @@ def _current_cupy_stream(device: torch.device):
         return cupy.cuda.ExternalStream(torch_stream.cuda_stream)
 
 
+def workspace_for(tail: Tail, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The tail's workspace buffers for library output `y`, zeroed (none for most tails)."""
+    return {
+        name: torch.zeros(shape, dtype=dtype, device=y.device)
+        for name, (shape, dtype) in tail.workspace(y).items()
+    }
+
+
 def run_tail(
     mod: LoadedModule, tail: Tail, model, y: torch.Tensor, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The fused tail on linear output `y`, written to `out` (new when None) and returned."""
+    """The fused tail on library output `y`, written to `out` (new when None) and returned."""
     if out is None:
-        out = torch.empty_like(y, memory_format=torch.contiguous_format)
-    args = tail.kernel_args(model, y, out)
-    mod.launch(tail.kernel, y.numel(), args, y.device)
+        out = torch.empty(tail.output_shape(model, y), dtype=y.dtype, device=y.device)
+    workspace = workspace_for(tail, y)
+    args = tail.kernel_args(model, y, out, workspace=workspace)
+    mod.launch(tail.kernel, tail.launch_items(y), args, y.device)
+    return out
+
+
+def run_stage(
+    mod: LoadedModule, tail: Tail, model, y: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A reducing tail's element-wise stage on `y` (its stage kernel), written to `out`."""
+    if tail.stage_kernel is None:
+        raise KbfuseError(f"task {tail.task}: its tail has no element-wise stage kernel")
+    if out is None:
+        out = torch.empty(tail.stage_shape(model, y), dtype=y.dtype, device=y.device)
+    args = tail.stage_args(model, y, out)
+    mod.launch(tail.stage_kernel, tail.stage_items(model, y), args, y.device)
     return out
 
 
@@ -195,15 +229,15 @@ def run_witness(
 
 
 class FusedProgram:
-    """x -> fused tail(model's own linear(x)): the full program with the tail replaced."""
+    """x -> fused tail(the model's own library op on x): the full program, tail replaced."""
 
     def __init__(self, mod: LoadedModule, tail: Tail, model):
         self.mod = mod
         self.tail = tail
         self.model = model
-        self.linear = tail.linear(model)
+        tail.library(model)  # the library op must be there
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():
-            y = self.linear(x)
+            y = self.tail.library_output(self.model, x)
             return run_tail(self.mod, self.tail, self.model, y, out)

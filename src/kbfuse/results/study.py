@@ -47,6 +47,9 @@ class StudyResults:
     margin_audit: dict = field(default_factory=dict)
     direction_witness: dict = field(default_factory=dict)
     paths: dict[tuple, Path] = field(default_factory=dict)
+    # The survey's rows of the study's tasks in its numerics mode (the second study only:
+    # config `survey_summary`; kbfuse.results.prediction).
+    survey: dict[int, dict] = field(default_factory=dict)
 
     @property
     def tasks(self) -> list[int]:
@@ -109,7 +112,28 @@ def load_results(results_dir: str | Path, config: Mapping[str, Any]) -> StudyRes
             key = tuple(where) if len(where) > 1 else where[0]
             getattr(res, _BY_TASK_OR_VARIANT[kind])[key] = data
     check_provenance(res)
+    if ("survey_rows",) in loaded:
+        res.survey = survey_rows_of(res, loaded[("survey_rows",)])
     return res
+
+
+def survey_rows_of(res: StudyResults, record: Mapping[str, Any]) -> dict[int, dict]:
+    """The survey rows of a study's `survey_rows` record, checked against its config: a row
+    for every task, in the mode the config runs it in (else stale)."""
+    from kbfuse.workflow.studies import numerics_for
+
+    path = res.paths[("survey_rows",)]
+    rows = record_field(record, "rows", path)
+    found = {}
+    for task in res.tasks:
+        row = record_field(record, f"rows.{task}", path)
+        mode = numerics_for(res.config, task) or "strict"
+        _expect(path, f"rows.{task}.numerics", row.get("numerics"), mode, "the config")
+        found[int(task)] = row
+    extra = sorted(set(rows) - {str(t) for t in res.tasks})
+    if extra:
+        raise KbfuseError(f"{path}: field rows names tasks {extra} the config does not run")
+    return found
 
 
 # ---------------------------------------------------------------- provenance

@@ -22,15 +22,19 @@ from kbfuse.results import tables as table_builders
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import write_text
-from kbfuse.layout import PLOT_CONTROL_BIT_EQUALITY, TABLES, tail_plot_name
+from kbfuse.layout import PLOT_CONTROL_BIT_EQUALITY, TABLES, study_tables, tail_plot_name
 from kbfuse.results.records import staged
 from kbfuse.results.study import StudyResults, load_results
 
 
-def builders() -> dict[str, Callable[[StudyResults], pd.DataFrame]]:
+def builders(
+    config: Mapping[str, Any] | None = None,
+) -> dict[str, Callable[[StudyResults], pd.DataFrame]]:
     """Table name -> its builder: `<name>_table` of kbfuse.results.tables, for every table of
-    kbfuse.layout.TABLES, in that order (a table without a builder is an error here)."""
-    found = {name: getattr(table_builders, f"{name}_table", None) for name in TABLES}
+    kbfuse.layout.TABLES (those a study of `config` writes, when given), in that order (a
+    table without a builder is an error here)."""
+    names = list(TABLES) if config is None else study_tables(config)
+    found = {name: getattr(table_builders, f"{name}_table", None) for name in names}
     missing = [name for name, build in found.items() if not callable(build)]
     if missing:
         raise KbfuseError(f"summary tables {missing} have no builder (<name>_table)")
@@ -39,7 +43,7 @@ def builders() -> dict[str, Callable[[StudyResults], pd.DataFrame]]:
 
 def tables_from_results(res: StudyResults) -> dict[str, pd.DataFrame]:
     tables = {}
-    for name, build in builders().items():
+    for name, build in builders(res.config).items():
         try:
             tables[name] = build(res)
         except (KeyError, TypeError, AttributeError) as exc:

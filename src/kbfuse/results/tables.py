@@ -42,7 +42,8 @@ _INT_COLUMNS = frozenset(
     sass_ftz_count sass_ftz_internal batch in_features out_features nonfinite_reference
     nonfinite_candidate nonfinite_mismatch weight_sets unwritten first_n others_n
     replays_per_pair balanced_rounds ptx_ftz twin_ptx_ftz sass_ftz twin_sass_ftz
-    exhaustive_differ twin_exhaustive_differ""")
+    exhaustive_differ twin_exhaustive_differ cases_checked stage_elements stage_bit_equal
+    height width tail_no_worse_cases tail_cases task_no_worse_cases task_cases""")
 )
 _TOTAL_COLUMNS = _names("""cases official_passes bit_identical_cases elements elements_bit_equal
     max_abs_diff max_ratio_official max_ratio_historical historical_passes
@@ -283,6 +284,20 @@ def timing_table(res: StudyResults, scope: str) -> pd.DataFrame:
     return _frame(rows, cols)
 
 
+LINEAR_SHAPE_COLUMNS = ("batch", "in_features", "out_features")
+
+
+def _small_shape_columns(res: StudyResults) -> list[str]:
+    """The small shapes' size columns: the linear study's (batch, in_features, out_features),
+    then any other size a record names (a convolution's height and width), in record order."""
+    columns = list(LINEAR_SHAPE_COLUMNS)
+    for ctl in res.controls.values():
+        for key in ctl["small_shape"]["shape"]:
+            if key != "seed" and key not in columns:
+                columns.append(key)
+    return columns
+
+
 def small_shapes_table(res: StudyResults) -> pd.DataFrame:
     rows = []
     gbps = copy_floor_gbps(res)
@@ -297,7 +312,7 @@ def small_shapes_table(res: StudyResults) -> pd.DataFrame:
                 if scope == "tail" and "tail_bytes" in small:
                     row.update(_floor_fields(small["tail_bytes"], gbps, m["median_ms"]))
                 rows.append(row)
-    cols = ["task", "batch", "in_features", "out_features", "scope", "kind", *_MEASURE_COLUMNS]
+    cols = ["task", *_small_shape_columns(res), "scope", "kind", *_MEASURE_COLUMNS]
     return _frame(rows, cols + _FLOOR_COLUMNS)
 
 
@@ -629,6 +644,76 @@ def environment_table(res: StudyResults) -> pd.DataFrame:
         for k, v in flatten(contract).items()
     ]
     return pd.DataFrame(rows, columns=["field", "value"])
+
+
+_CONTRACT_TABLE_COLUMNS = _names("""task variant kernel contract holds correctness_holds
+    cases_checked failing_cases exhaustive_differ stage_elements stage_bit_equal
+    reduction_worst_ratio tail_no_worse_cases tail_cases task_no_worse_cases task_cases
+    description""")
+
+
+def contract_table(res: StudyResults) -> pd.DataFrame:
+    """Per task x variant: the contract its tail names (kbfuse.checks.contract) and whether it
+    holds: on every correctness case, and for a pointwise tail also on every float32 input (the
+    controls' exhaustive count). A reducing tail's columns: its element-wise stages' bits, the
+    largest kernel error over eager's against the deciding float64 reference (<= 1 on every
+    case is the contract), and on how many cases the kernel is no worse than eager against
+    the wider references (the tail, the whole task in float64), which are measured, not
+    decisive."""
+    from kbfuse.checks.contract import DECIDING_REFERENCE, no_worse_count, worst_margin
+
+    rows = []
+    for (task, v), corr in res.correctness.items():
+        block = corr.get("contract")
+        if block is None:
+            continue
+        exhaustive = res.controls.get(task, {}).get("exhaustive", {}).get(v)
+        cases = block["cases"]
+        stage = [c["stage"] for c in cases]
+        holds = bool(block["passed"])
+        if block["name"] == "bit-identical":
+            holds = holds and exhaustive is not None and bool(exhaustive["bit_identical"])
+        row = {
+            "task": task,
+            "variant": v,
+            "kernel": res.compile_meta[v]["kernel"],
+            "contract": block["name"],
+            "holds": holds,
+            "correctness_holds": bool(block["passed"]),
+            "cases_checked": int(block["cases_checked"]),
+            "failing_cases": ", ".join(block["failing"]),
+            "exhaustive_differ": int(exhaustive["differ"]) if exhaustive else None,
+            "stage_elements": sum(int(c["elements"]) for c in stage) if stage else None,
+            "stage_bit_equal": sum(int(c["bit_equal"]) for c in stage) if stage else None,
+            "reduction_worst_ratio": worst_margin(cases, DECIDING_REFERENCE),
+            "description": block["description"],
+        }
+        for prefix, reference in (("tail", "float64_tail"), ("task", "float64_task")):
+            no_worse, compared = no_worse_count(cases, reference)
+            row[f"{prefix}_no_worse_cases"] = no_worse if compared else None
+            row[f"{prefix}_cases"] = compared if compared else None
+        rows.append(row)
+    return _frame(rows, _CONTRACT_TABLE_COLUMNS)
+
+
+_PREDICTION_COLUMNS = _names("""task numerics variant survey_best_compiled survey_best_ms
+    survey_library_ms survey_outside_ms floor_ms predicted_ms predicted_speedup fused_ms
+    best_compiled best_compiled_ms speedup_vs_best_compiled paired_speedup_vs_best_compiled
+    fused_over_predicted tail_ms tail_pct_of_floor meets_speedup_target meets_floor_target""")
+
+
+def prediction_table(res: StudyResults) -> pd.DataFrame:
+    """Per task x timed variant: the survey's prediction (library time + memory floor) beside
+    the measured whole-program time and the tail against its copy floor
+    (kbfuse.results.prediction)."""
+    from kbfuse.results.prediction import prediction_rows
+
+    gbps = copy_floor_gbps(res)
+    rows = []
+    for task, tim in res.timing.items():
+        survey = res.survey[task]
+        rows += prediction_rows(task, survey["numerics"], survey, tim, res.variants, gbps)
+    return _frame(rows, _PREDICTION_COLUMNS)
 
 
 def timing_full_table(res: StudyResults) -> pd.DataFrame:

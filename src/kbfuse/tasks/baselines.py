@@ -13,14 +13,17 @@ Each builder returns a callable `x -> output` that runs under `torch.no_grad()`:
   its own; the study captures its own). Its first call also benchmarks candidate kernels on
   the GPU (`AUTOTUNED`): the jobs that build it hold the GPU alone.
 
-`tail_module(model, tail)` is the model with its linear layer replaced by `nn.Identity`,
+`tail_module(model, tail)` is the model with its library op replaced by the tail's stand-in
+(`nn.Identity`, or the convolution's bias add: kbfuse.tasks.tailbase.Tail.tail_module),
 sharing every other parameter, so the same builders give the tail alone.
-`set_numerics()` fixes the float32 contract (no TF32) for every GPU stage.
+`set_numerics()` fixes the float32 contract (no TF32) for every GPU stage of the first study;
+`set_numerics(mode)` puts a named numerics mode in force (the survey's modes,
+kbfuse.survey.settings.NUMERICS: `strict`, or `kernelbench-defaults` with cuDNN's TF32 on),
+for a study that names one (the second fused study: config `fused2.numerics`).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import torch
@@ -40,16 +43,26 @@ RECOMPILE_LIMIT = 64
 Program = Callable[[torch.Tensor], torch.Tensor]
 
 
-def set_numerics() -> dict:
-    """Turn TF32 off everywhere and return the settings now in force (for result files).
+def set_numerics(mode: str | None = None) -> dict:
+    """Put a numerics mode in force and return the settings now in force (for result files).
 
-    Only the legacy switches are used: PyTorch >= 2.9 raises when the legacy and the new
-    `fp32_precision` APIs are mixed, and Inductor still reads the legacy ones.
+    None (the first study): TF32 off everywhere, recorded as the three switches. A named mode
+    (kbfuse.survey.settings.NUMERICS) sets matmul's and cuDNN's TF32 as the survey does and
+    is recorded with its name. Only the legacy switches are used: PyTorch >= 2.9 raises when
+    the legacy and the new `fp32_precision` APIs are mixed, and Inductor still reads the
+    legacy ones.
     """
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    return numerics_in_force()
+    if mode is None:
+        matmul = cudnn = False
+    else:
+        from kbfuse.survey.settings import tf32_flags
+
+        matmul, cudnn = tf32_flags(mode)
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = cudnn
+    torch.set_float32_matmul_precision("high" if matmul else "highest")
+    settings = numerics_in_force()
+    return settings if mode is None else {"mode": mode, **settings}
 
 
 def numerics_in_force() -> dict:
@@ -104,17 +117,15 @@ def build(name: str, module: nn.Module, example: torch.Tensor) -> Program:
 
 
 def tail_module(model: nn.Module, tail) -> nn.Module:
-    """A shallow copy of `model` whose linear layer (`tail.linear_attr`) is `nn.Identity`.
+    """A shallow copy of `model` whose library op (`tail.library_attr`) is the tail's stand-in
+    (kbfuse.tasks.tailbase.Tail.tail_module), in eval mode.
 
-    Parameters and buffers are shared with `model` (task 95's add parameter included), so
-    in-place updates reach both; `model` itself is left unchanged.
+    Parameters and buffers are shared with `model` (task 95's add parameter, a convolution's
+    bias included), so in-place updates reach both; `model` itself is left unchanged.
     """
-    attr = tail.linear_attr
+    attr = tail.library_attr
     if attr not in model._modules:
         raise KbfuseError(
             f"task {tail.task}: model {type(model).__name__} has no submodule {attr!r}"
         )
-    copied = copy.copy(model)
-    copied._modules = type(model._modules)(model._modules)
-    copied._modules[attr] = nn.Identity()
-    return copied.eval()
+    return tail.tail_module(model)

@@ -104,9 +104,11 @@ def recorded_config(config: dict) -> dict:
     recorded_url names it, so no path of this machine is recorded and moving to another local
     mirror changes nothing that the summary and manifest jobs are given. The `survey` block is
     left out: it configures the survey, whose records name their own settings, so changing it
-    reruns none of the study's summary, manifest or bundle."""
+    reruns none of the study's summary, manifest or bundle; so is the `fused2` block, the second
+    fused study's, which records its own config (kbfuse.workflow.studies.fused2_config)."""
     recorded = copy.deepcopy(config)
     recorded.pop("survey", None)
+    recorded.pop("fused2", None)
     recorded["kernelbench"]["url"] = recorded_url(config["kernelbench"]["url"])
     return recorded
 

@@ -235,6 +235,9 @@ class TimedTask:
     checkout: str | os.PathLike
     pin_path: str | os.PathLike
     baselines: Sequence[str]
+    # The study's numerics mode (kbfuse.tasks.baselines.set_numerics; None: strict FP32 as the
+    # first study records it).
+    numerics: str | None = None
 
     @classmethod
     def of_job(cls, job: Any) -> TimedTask:
@@ -249,6 +252,7 @@ class TimedTask:
             checkout=job.input.checkout,
             pin_path=job.input.pin,
             baselines=job.params.baselines,
+            numerics=getattr(job.params, "numerics", None),
         )
 
     def gate(self, say: Callable[[str], None]) -> dict:
@@ -263,4 +267,5 @@ class TimedTask:
         from kbfuse.tasks import kernelbench, tails
 
         spec = kernelbench.load_task(self.checkout, kernelbench.read_pin(self.pin_path), self.task)
-        return spec, tails.tail_for(self.task), baseline_builders.set_numerics()
+        numerics = baseline_builders.set_numerics(self.numerics)
+        return spec, tails.tail_for(self.task), numerics

@@ -51,14 +51,13 @@ def run_timing(
 
     spec, tail, numerics = inputs.load()
     model = kernelbench.build_model(spec, seed=protocol["input_seed"])
-    x = make_input("uniform", spec.input_shape(), protocol["input_seed"], "cuda")
-    modules = stage.load_modules(inputs.variants, eligible, metas)
+    x = make_input("uniform", tail.input_shape(spec), protocol["input_seed"], "cuda")
+    modules = stage.load_modules(inputs.variants, eligible, metas, tail.kernels())
     say(f"task {task}: timing {baseline_names + eligible}, input {tuple(x.shape)}")
 
     timed = stage.measure_program(
         stage.Program(model, x, tail, baseline_names, modules), protocol, say, (task,)
     )
-    batch, in_features = spec.input_shape()
     result = stage.make_record(
         "timing",
         task=task,
@@ -70,11 +69,7 @@ def run_timing(
         ),
         protocol=protocol,
         numerics=numerics,
-        shape={
-            "batch": batch,
-            "in_features": in_features,
-            "out_features": int(tail.linear(model).out_features),
-        },
+        shape=tail.shape_record(model, x, tail.library_output(model, x)),
         timed=baseline_names + eligible,
         skipped=gated["skipped"],
         measurements=timed["measurements"],

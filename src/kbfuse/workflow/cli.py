@@ -2,14 +2,16 @@
 
     kbfuse verify-bundle BUNDLE|FOLDER [--ignore GLOB ...] [--json]
     kbfuse compare BUNDLE BUNDLE [...] --out DIR [--label LABEL ...]
-    kbfuse summarize RESULTS_DIR --config CONFIG --out DIR [--kernels DIR]
+    kbfuse summarize RESULTS_DIR --config CONFIG --out DIR [--kernels DIR] [--study fused2]
     kbfuse check CANDIDATE.py [--task 2/53] [--kernelbench DIR | --task-file FILE] [--out JSON]
     kbfuse --version
 
 `summarize` is the CPU-only way to rebuild the tables and plots of a finished run (for
 example results/reference/h200) from its result files: the same `write_summary` call as the
 summary rule, with the config of that run (read by `kbfuse.workflow.config.load_config`, which also
-checks the kernel sources it names, under `--kernels`). `compare` labels each bundle by the
+checks the kernel sources it names, under `--kernels`); `--study fused2` summarises the second
+fused study's results (results/fused2) with the config its block derives
+(kbfuse.workflow.studies.fused2_config). `compare` labels each bundle by the
 machine its fingerprint names (GPU, driver, NVRTC) unless `--label` is given once per bundle.
 
 Bundles, manifests, configs and result files are untrusted input: a command reads only its
@@ -121,6 +123,13 @@ def _summarize(args: argparse.Namespace) -> int:
     config_path = _need_file(args.config, "config file")
     out = _out_dir(args.out)
     config = load_config(config_path, args.kernels)
+    if args.study == "fused2":
+        from kbfuse.workflow.studies import fused2_config
+
+        config = fused2_config(config)
+        if config is None:
+            sys.stderr.write(f"kbfuse summarize: {config_path} has no fused2 block\n")
+            return EXIT_PROBLEMS
     for path in write_summary(results, config, out):
         sys.stdout.write(f"{path}\n")
     return EXIT_OK
@@ -167,6 +176,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="directory for the tables and plots")
     s.add_argument(
         "--kernels", default="kernels", help="kernel sources the config names (default: kernels)"
+    )
+    s.add_argument(
+        "--study",
+        choices=("first", "fused2"),
+        default="first",
+        help="which study of the config the results are (default: the first, its top level)",
     )
     s.set_defaults(run=_summarize)
     from kbfuse.candidates.cli import add_parser as add_check_parser

@@ -302,14 +302,18 @@ def validate_schema(config: dict, schema: str | Path | None = None) -> dict:
     _fill_variant_defaults(config)
     config.setdefault("kernelbench", {}).setdefault("level", 2)
     select_toolchains(config)
+    if isinstance(config.get("fused2"), dict):
+        select_toolchains(config["fused2"], config["nvrtc_versions"], "fused2.")
+        config["fused2"]["controls"]["small_shape"].setdefault("seed", 371)
     return config
 
 
-def select_toolchains(config: dict) -> dict:
+def select_toolchains(config: dict, versions=None, key: str = "") -> dict:
     """Leave out of the study every variant that names an NVRTC version (`nvrtc: "12.9"`) not
-    listed in `nvrtc_versions`; variants without `nvrtc` use the default NVRTC and always stay.
-    Done in place, so every stage, the summary and the manifest see the same variants."""
-    included = set(config.setdefault("nvrtc_versions", []))
+    listed in `nvrtc_versions` (or `versions`, for the second study's block, which shares the
+    top level's); variants without `nvrtc` use the default NVRTC and always stay. Done in
+    place, so every stage, the summary and the manifest see the same variants."""
+    included = set(config.setdefault("nvrtc_versions", []) if versions is None else versions)
     config["variants"] = {
         name: spec
         for name, spec in config.get("variants", {}).items()
@@ -318,17 +322,22 @@ def select_toolchains(config: dict) -> dict:
     if not config["variants"]:
         raise KbfuseError(
             f"config key nvrtc_versions: {sorted(included)!r} leaves no variant in the study"
+            + (f" ({key}variants)" if key else "")
         )
     return config
 
 
 def _fill_variant_defaults(config: dict) -> None:
-    for spec in config.get("variants", {}).values():
-        spec.setdefault("kernel", "naive")
+    blocks = [config.get("variants", {})]
+    if isinstance(config.get("fused2"), dict):
+        blocks.append(config["fused2"].get("variants", {}))
+    for variants in blocks:
+        for spec in variants.values():
+            spec.setdefault("kernel", "naive")
 
 
-def _kernel_problems(name: str, kernel: str, kernels_dir: Path) -> list[str]:
-    key = f"config key variants.{name}.kernel"
+def _kernel_problems(name: str, kernel: str, kernels_dir: Path, prefix: str = "") -> list[str]:
+    key = f"config key {prefix}variants.{name}.kernel"
     source = kernels_dir / f"{kernel}.cu"
     if not source.is_file():
         return [f"{key}: {kernel!r} has no source {source}"]
@@ -341,25 +350,64 @@ def _kernel_problems(name: str, kernel: str, kernels_dir: Path) -> list[str]:
     return []
 
 
-def check_config(config: Mapping[str, Any], kernels_dir: str | Path = "kernels") -> None:
-    """Semantic checks after the schema. Raises KbfuseError listing every problem."""
-    problems: list[str] = []
+def _study_problems(config: Mapping[str, Any], kernels_dir: Path, key: str = "") -> list[str]:
+    """What the schema cannot say about one study (the top level, or the `fused2.` block):
+    options against their route, the kernel sources, the kernels they define for the study's
+    tasks, the small shape's sizes for its tasks' library op, the tiny-value range."""
+    from kbfuse.workflow.studies import kernel_problems, numerics_problems
+
+    problems: list[str] = numerics_problems(config, key)
+    sources: list[str] = []
     for name, spec in config["variants"].items():
         route, options = spec["route"], list(spec["options"])
         for problem in option_problems(route, options):
-            problems.append(f"config key variants.{name}.options: {problem}")
+            problems.append(f"config key {key}variants.{name}.options: {problem}")
         if spec.get("nvrtc") is not None and route not in NVRTC_ROUTES:
             problems.append(
-                f"config key variants.{name}.nvrtc: {spec['nvrtc']!r} applies only to the "
+                f"config key {key}variants.{name}.nvrtc: {spec['nvrtc']!r} applies only to the "
                 f"routes {list(NVRTC_ROUTES)}, not {route!r}"
             )
-        problems += _kernel_problems(name, spec.get("kernel", "naive"), Path(kernels_dir))
+        sources += _kernel_problems(name, spec.get("kernel", "naive"), kernels_dir, key)
+    # which kernels a source defines, once every source loads
+    problems += sources or kernel_problems(config, kernels_dir, key)
+    problems += _small_shape_problems(config, key)
     tiny = config["controls"]["tiny_values"]
     if not tiny["low"] < tiny["high"]:
         problems.append(
-            f"config key controls.tiny_values: low {tiny['low']!r} "
+            f"config key {key}controls.tiny_values: low {tiny['low']!r} "
             f"must be below high {tiny['high']!r}"
         )
+    return problems
+
+
+def _small_shape_problems(config: Mapping[str, Any], key: str) -> list[str]:
+    """The small shape must name the sizes its tasks' tails resize (kbfuse.tasks.tailbase
+    `small_shape_keys`): one kind of library op per study."""
+    from kbfuse.tasks.registry import TAIL_TASKS
+    from kbfuse.tasks.tails import tail_for
+
+    shape = set(config["controls"]["small_shape"]) - {"seed"}
+    problems = []
+    for task in config["tasks"]:
+        if task not in TAIL_TASKS:
+            continue  # the schema names it
+        wanted = set(tail_for(task).small_shape_keys)
+        if shape != wanted:
+            problems.append(
+                f"config key {key}controls.small_shape: task {task} needs "
+                f"{sorted(wanted)} (besides seed), got {sorted(shape)}"
+            )
+    return problems
+
+
+def check_config(config: Mapping[str, Any], kernels_dir: str | Path = "kernels") -> None:
+    """Semantic checks after the schema. Raises KbfuseError listing every problem."""
+    from kbfuse.workflow.studies import FUSED2, fused2_config
+
+    problems = _study_problems(config, Path(kernels_dir))
+    second = fused2_config(config)
+    if second is not None:
+        problems += _study_problems(second, Path(kernels_dir), f"{FUSED2}.")
     problems += _check_block_problems(config.get("check"))
     if problems:
         raise invalid(problems)

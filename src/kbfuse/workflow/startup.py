@@ -159,7 +159,7 @@ _spec = load_task(_args["checkout"], _pin, _args["task"])
 _model = build_model(_spec, _args["seed"], device="cuda")
 _tail = tails.tail_for(_args["task"])
 _module = baselines.tail_module(_model, _tail)
-_y = torch.rand(_spec.input_shape()[0], _tail.linear(_model).out_features, device="cuda")
+_y = torch.rand(_spec.input_shape()[0], _tail.library(_model).out_features, device="cuda")
 torch.cuda.synchronize()
 """
     )

@@ -7,10 +7,10 @@ Copies, keeping their paths under `results/`: every survey record and summary fi
 Snakemake benchmark files (of level 2 under `survey/`, of every other level surveyed there
 under `survey/level<N>/`), the environment fingerprint and the KernelBench checkout record
 (the survey's pin of the commit) and the official contract every record was judged by
-(`kernelbench/contract.json`, read from the pinned evaluator). The job logs stay out: their warnings quote the run
-machine's paths. Then writes `manifest.json` over the copies (the manifest quotes the
-checkout record as its pin), with the study config that was in force (`--config`, the
-default config/config.yaml). Check it with `kbfuse verify-bundle FOLDER`.
+(`kernelbench/contract.json`, read from the pinned evaluator). The job logs stay out: their
+warnings quote the run machine's paths. Then writes `manifest.json` over the copies (the
+manifest quotes the checkout record as its pin), with the study config that was in force
+(`--config`, the default config/config.yaml). Check it with `kbfuse verify-bundle FOLDER`.
 """
 
 from __future__ import annotations

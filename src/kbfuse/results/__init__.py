@@ -1,1 +1,2 @@
-"""Results: records and their schemas, the summary (study, tables, plots), manifest, bundle and comparison."""
+"""Results: records and their schemas, the summary (study, tables, plots), manifest, bundle
+and comparison."""

@@ -26,8 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from kbfuse.results.bundle import open_bundle
 from kbfuse.errors import KbfuseError, matching
+from kbfuse.results.bundle import open_bundle
 from kbfuse.results.manifest import environment_of
 from kbfuse.results.summary import build_tables, write_table
 from kbfuse.results.tables import flatten

@@ -24,10 +24,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kbfuse import __version__, untrusted
-from kbfuse.results import records
 from kbfuse.errors import KbfuseError
 from kbfuse.io import dumps_json, read_json, sha256_bytes, sha256_file, write_text
 from kbfuse.layout import RECORDS
+from kbfuse.results import records
 
 MANIFEST_KIND = "manifest"
 SCHEMA_VERSION = 1

@@ -124,10 +124,13 @@ def plot_control_bit_equality(table: pd.DataFrame, path: str | Path) -> None:
     sets = list(dict.fromkeys(table["control_set"]))
     colors = ListedColormap(["#e8a29a", "#9fd49a"])  # differs, bit-identical
 
-    with figure(path, len(tasks),
+    with figure(
+        path,
+        len(tasks),
         1,
         figsize=(1.25 * len(sets) + 3.0, (0.42 * len(variants) + 0.9) * len(tasks) + 0.6),
-        squeeze=False,) as (fig, axes):
+        squeeze=False,
+    ) as (fig, axes):
         for ax, task in zip(axes[:, 0], tasks, strict=True):
             grid = [[math.nan] * len(sets) for _ in variants]
             for row in table[table["task"] == task].itertuples():

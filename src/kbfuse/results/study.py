@@ -24,7 +24,7 @@ from kbfuse.results.records import inside, parse_json, read_limited, validate_re
 from kbfuse.tasks.registry import BASELINES, WITNESS_TASK
 
 SCHEMA_VERSION = 1
-# The baselines a timing record may name beside the variants (kbfuse.tasks.baselines, without torch).
+# The baselines a timing record may name beside the variants (kbfuse.tasks.baselines, no torch).
 BASELINE_IMPLS = BASELINES
 
 
@@ -246,13 +246,12 @@ def check_tolerances(res: StudyResults, pin_commit: str) -> None:
     _expect(path, "commit", record_field(res.contract, "commit", path), pin_commit, "the pin")
     official = {"atol": res.contract["atol"], "rtol": res.contract["rtol"]}
     judged = [
-        *((res.paths[("correctness", *key)], rec, "tolerance") for key, rec in res.correctness.items()),
-        *((res.paths[("correctness_baselines", t)], rec, "tolerance") for t, rec in res.baselines.items()),
-        *((res.paths[("controls", t)], rec, "tolerance") for t, rec in res.controls.items()),
-    ]  # fmt: skip
-    for where, rec, dotted in judged:
-        recorded = record_field(rec, dotted, where)
-        _expect(where, dotted, recorded, official, str(path))
+        *((res.paths[("correctness", *key)], rec) for key, rec in res.correctness.items()),
+        *((res.paths[("correctness_baselines", t)], rec) for t, rec in res.baselines.items()),
+        *((res.paths[("controls", t)], rec) for t, rec in res.controls.items()),
+    ]
+    for where, rec in judged:
+        _expect(where, "tolerance", record_field(rec, "tolerance", where), official, str(path))
     witness = res.paths[("direction_witness",)]
     recorded = {k: record_field(res.direction_witness, k, witness) for k in ("atol", "rtol")}
     _expect(witness, "atol, rtol", recorded, official, str(path))

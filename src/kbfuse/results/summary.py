@@ -5,9 +5,9 @@ docs/contracts.md) into pandas DataFrames; `write_summary` writes each as `<name
 `<name>.md` next to the plots. Rows come only from what the files record: a table holds
 exactly the tasks, variants, cases and measurements found in its inputs.
 
-The parts: `kbfuse.results.study` reads the results and checks their provenance, `kbfuse.results.tables`
-builds each table (`<name>_table` for every table of `kbfuse.layout.TABLES`), this module
-builds them all and writes them.
+The parts: `kbfuse.results.study` reads the results and checks their provenance,
+`kbfuse.results.tables` builds each table (`<name>_table` for every table of
+`kbfuse.layout.TABLES`), this module builds them all and writes them.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 import pandas as pd
 
-from kbfuse.results import tables as table_builders
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
 from kbfuse.io import write_text
 from kbfuse.layout import PLOT_CONTROL_BIT_EQUALITY, TABLES, study_tables, tail_plot_name
+from kbfuse.results import tables as table_builders
 from kbfuse.results.records import staged
 from kbfuse.results.study import StudyResults, load_results
 

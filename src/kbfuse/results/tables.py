@@ -1,9 +1,9 @@
 """The summary's tables, one builder each: `<name>_table(res) -> pandas.DataFrame`.
 
 Every table of `kbfuse.layout.TABLES` has its builder here, found by its name. Rows come only
-from what the result files record (a `kbfuse.results.study.StudyResults`, provenance-checked): a table
-holds exactly the tasks, variants, cases and measurements found in its inputs, in the study's
-order (config order, the timed list), exact counts as integers.
+from what the result files record (a `kbfuse.results.study.StudyResults`, provenance-checked):
+a table holds exactly the tasks, variants, cases and measurements found in its inputs, in the
+study's order (config order, the timed list), exact counts as integers.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pandas as pd
 
 from kbfuse.errors import KbfuseError
 from kbfuse.io import as_float
-from kbfuse.timing.measure import position_effect
 from kbfuse.results.study import BASELINE_IMPLS, StudyResults, record_field
+from kbfuse.timing.measure import position_effect
 
 
 def _names(text: str) -> list[str]:

@@ -47,9 +47,11 @@ def survey_table(folder: str | Path, mode: str) -> Path:
     return Path(folder) / f"survey_{mode}.csv"
 
 
-def read_survey_rows(folder: str | Path, mode: str) -> dict[int, dict]:
+def read_survey_rows(folder: str | Path, mode: str) -> dict[int, dict | None]:
     """task -> {best_compiled, best_ms, library_ms, outside_ms} of the survey's table of
-    `mode`; KbfuseError naming the file and the problem."""
+    `mode`, None for a task with no best compiled baseline (every compiled baseline fails the
+    official check, or none was timed: its cells are blank); KbfuseError naming the file and
+    the problem."""
     path = survey_table(folder, mode)
     if not path.is_file():
         raise KbfuseError(
@@ -65,6 +67,9 @@ def read_survey_rows(folder: str | Path, mode: str) -> dict[int, dict]:
         for line, row in enumerate(reader, start=2):
             try:
                 task = int(row["task"])
+                if not row["best_compiled"]:
+                    rows[task] = None
+                    continue
                 rows[task] = {
                     "best_compiled": row["best_compiled"],
                     **{key: _positive(row[key]) for key in ("best_ms", "library_ms")},
@@ -88,6 +93,11 @@ def survey_rows(config: Mapping[str, Any]) -> dict[int, dict]:
         rows = read_survey_rows(folder, mode)
         if int(task) not in rows:
             raise KbfuseError(f"survey summary {survey_table(folder, mode)} has no row for {task}")
+        if rows[int(task)] is None:
+            raise KbfuseError(
+                f"survey summary {survey_table(folder, mode)}: task {task} has no best compiled "
+                "baseline (none passes the official check), so no prediction"
+            )
         found[int(task)] = {**rows[int(task)], "numerics": mode}
     return found
 

@@ -63,14 +63,20 @@ class Children:
 
     def __call__(self, role, request_path, view, limits, log, binary, env=None, handoff=None):
         request = json.loads(Path(request_path).read_text())
+        copied = {
+            key: Path(request[key]).read_text()
+            for key in ("candidate", "task_file")
+            if key in request
+        }
         self.calls.append(
             {"role": role, "request": request, "view": view, "binary": binary, "env": env,
-             "limits": limits, "log": log, "request_path": request_path}
+             "limits": limits, "log": log, "request_path": request_path, "handoff": handoff,
+             "copied": copied}
         )  # fmt: skip
         out = Path(request["out"])
         out.mkdir(parents=True, exist_ok=True)
-        if role == "reference":
-            reference.run_reference(request, out)
+        if role == "reference":  # on the CPU, whatever device the parent names
+            reference.run_reference({**request, "device": "cpu"}, out)
         elif role == "candidate":
             self._candidate(request, out)
         elif self.witness is not None:
@@ -313,7 +319,7 @@ def test_inputs_that_are_refused_before_any_child(tmp_path, children):
     with pytest.raises(KbfuseError, match=r"candidate file \S+big\.py is over 16777216 bytes"):
         check.check_candidate(big, 2, 53, TASK53, tmp_path / "v.json", CONTRACT, SETTINGS)
     long = tmp_path / ("v" * 250 + ".json")
-    with pytest.raises(KbfuseError, match="its name is too long for its log files"):
+    with pytest.raises(KbfuseError, match="too long for its log and temporary files"):
         check.check_candidate(TASK53, 2, 53, TASK53, long, CONTRACT, SETTINGS)
     assert fake.calls == []
 
@@ -575,3 +581,122 @@ def test_on_a_gpu_every_child_is_shown_the_device(tmp_path, monkeypatch):
     (tmp_path / "cpu").mkdir()
     cpu.child("witness", {"builds": []}, tmp_path / "w2.log")
     assert fake.calls[1]["view"].gpu is False
+
+
+def test_the_candidate_and_task_files_are_copied_where_the_request_says(tmp_path, children):
+    fake = children(change=same)
+    judge(tmp_path)
+    ref, cand = fake.calls
+    assert cand["copied"] == {"candidate": "# kbfuse-task: 2/53\n", "task_file": TASK53.read_text()}
+    assert ref["copied"] == {"task_file": TASK53.read_text()}
+    assert cand["request"]["device"] == "cpu" and ref["request"]["device"] == "cpu"
+    assert cand["handoff"] is None
+
+
+def test_a_lock_is_held_for_the_candidate_through_its_handoff(tmp_path, children):
+    class Lock:
+        path = tmp_path / "locks" / "x.lock"
+
+        def shared(self):
+            return check.contextlib.nullcontext()
+
+        alone = shared
+
+    lock = Lock()
+    fake = children(change=same)
+    judge(tmp_path, lock=lock)
+    handoff = fake.calls[1]["handoff"]
+    assert handoff is not None and handoff.lock is lock
+    assert handoff.request == fake.calls[1]["view"].folder / "alone.request"
+
+
+def test_on_a_gpu_the_witness_measures_what_the_candidate_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(evidence, "_environment", lambda device: {"torch": "x", "device": device})
+    witness = [{"route": "load_inline", "flags": ["-O3"], "output": 0.0, "effective_ftz": True}]
+    report = {**GOOD_REPORT, **BUILDS, "side_stream": None, "unfinished_on_caller_stream": None}
+    fake = Children(change=same, report=report, witness=witness)
+    monkeypatch.setattr(check, "run_child", fake)
+    record = judge(tmp_path, {"witness_cache": str(tmp_path / "cache")})
+    roles = [c["role"] for c in fake.calls]
+    assert roles == ["reference", "candidate"]  # judged on the CPU: no witness
+    candidate = tmp_path / "mine.py"
+    out = tmp_path / "gpu" / "mine.json"
+    settings = {**SETTINGS, "unsandboxed": True, "witness_cache": str(tmp_path / "cache")}
+    record = check.check_candidate(candidate, 2, 53, TASK53, out, CONTRACT, settings, device="cuda")
+    call = fake.calls[-1]
+    assert call["role"] == "witness" and call["view"].gpu is True
+    assert call["log"] == out.parent / "mine.witness.log"
+    assert call["env"] == {"TORCH_EXTENSIONS_DIR": str((tmp_path / "cache").resolve())}
+    assert record["environment"]["device"] == "cuda"
+    assert record["contract"]["witness"] == witness
+    assert record["contract"]["effective_ftz"] is True and "ftz_effective" in record["findings"]
+    assert record["processes"]["witness"]["role"] == "witness"
+
+
+def test_a_witness_that_keeps_subnormals_is_a_measurement(tmp_path, monkeypatch):
+    kept = [{"route": "load_inline", "flags": ["-O3"], "effective_ftz": False}]
+    monkeypatch.setattr(check, "run_child", Children(witness=kept))
+    found, _ = check.run_witness(
+        {"witness_cache": None}, BUILDS, _scratch(tmp_path), tmp_path / "w", None
+    )
+    assert found == kept
+
+
+def test_a_report_without_lazy_findings_or_with_baselines_is_recorded_as_it_says(
+    tmp_path, children
+):
+    report = {k: v for k, v in GOOD_REPORT.items() if k != "lazy"}
+    report["baselines"] = {"eager": {"status": "ok", "build_s": 0.1}}
+    children(change=same, report=report)
+    record = judge(tmp_path)
+    assert record["guards"]["lazy"] == []
+    assert record["baselines"] == {"eager": {"status": "ok", "build_s": 0.1}}
+    report["failure"] = {"stage": "timing", "error": "E", "message": "m", "traceback": "t"}
+    children(change=same, report=report)
+    record = judge(tmp_path)
+    assert record["failure"] == {"stage": "timing", "error": "E", "message": "m"}
+
+
+def test_a_missing_report_is_named_in_the_build_check(tmp_path, children):
+    children(change=same, report=None)
+    record = judge(tmp_path)
+    assert record["checks"]["build"] == {
+        "status": "fail",
+        "detail": "no usable report from its process: runner.json was not written",
+    }
+
+
+def test_a_linked_folder_in_a_childs_output_is_never_followed(tmp_path, children):
+    def link_out(out: Path) -> None:
+        real = out.parent / "real-out"
+        out.rename(real)
+        out.symlink_to(real)
+
+    children(change=same, after={"candidate": link_out})
+    record = judge(tmp_path)
+    assert record["report_problem"].endswith("/out is a symbolic link, not a folder; not read")
+    children(change=same, after={"reference": link_out})
+    with pytest.raises(KbfuseError, match=r"/out is a symbolic link, not a folder; not read"):
+        judge(tmp_path)
+
+
+def test_the_size_and_name_limits_are_inclusive(tmp_path, children):
+    children(change=same)
+    edge = tmp_path / "edge.py"
+    edge.write_text("#")
+    os.truncate(edge, check.CANDIDATE_BYTES)
+    out = tmp_path / "o" / ("v" * check.MAX_STEM_BYTES + ".json")
+    settings = {**SETTINGS, "unsandboxed": True}
+    assert check.check_candidate(edge, 2, 53, TASK53, out, CONTRACT, settings, device="cpu")[
+        "verdict"
+    ]
+    assert out.is_file()
+    with pytest.raises(
+        KbfuseError, match=r"^task file \S+none\.py does not exist or is not a file$"
+    ):
+        check.check_candidate(
+            edge, 2, 53, tmp_path / "none.py", out, CONTRACT, settings, device="cpu"
+        )
+    long = tmp_path / ("v" * (check.MAX_STEM_BYTES + 1) + ".json")
+    with pytest.raises(KbfuseError, match=rf"^verdict '{tmp_path}/v+\.json': its name is over 200"):
+        check.check_candidate(edge, 2, 53, TASK53, long, CONTRACT, settings, device="cpu")

@@ -324,3 +324,25 @@ def test_the_verdict_table_lists_every_failed_check():
     row = verdict_row(record)
     assert row["failed_checks"] == "official distributions timer_patched"
     assert row["findings"] == "unsandboxed"
+
+
+# --------------------------------------------------------------------------- found open by mutation
+
+
+def test_a_missing_report_fails_the_build_only_when_the_process_exited():
+    exited = {"status": "exited", "returncode": 0, "wall_s": 1, "peak_rss_mb": 1}
+    checks = verdict.process_checks(exited, None, [], "runner.json was not written")
+    assert checks["build"] == {
+        "status": "fail",
+        "detail": "no usable report from its process: runner.json was not written",
+    }
+    killed = {**exited, "status": "time_limit", "returncode": -9}
+    checks = verdict.process_checks(killed, None, [], "runner.json was not written")
+    assert checks["build"]["status"] == "not_run"
+    assert checks["time_limit"]["status"] == "fail"
+
+
+def test_the_value_checks_must_pass_not_merely_apply():
+    for name in ("official", "distributions"):
+        assert verdict.decide(_checks(**{name: "not_applicable"})) == ("fail", [])
+    assert verdict.decide(_checks(changed_weights="not_applicable")) == ("pass", [])

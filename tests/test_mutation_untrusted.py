@@ -493,3 +493,160 @@ def test_the_environment_names_the_gpu_and_cuda(monkeypatch):
         "cuda": "13.0",
     }
     assert evidence._environment("cpu") == {"torch": torch.__version__, "device": "cpu"}
+
+
+# --------------------------------------------------------------------------- found open by mutation
+
+
+class NotATensor:
+    """A class torch.load(weights_only=True) must refuse to build from a pickle."""
+
+
+def test_only_tensors_and_plain_values_are_loaded(tmp_path):
+    folder = tmp_path / "child"
+    folder.mkdir()
+    path = folder / "evil.pt"
+    torch.save(NotATensor(), path)
+    with pytest.raises(
+        KbfuseError, match=r"evil\.pt cannot be loaded: UnpicklingError: Weights only"
+    ):
+        readback.load_tensors(path, folder, 10_000)
+
+
+def test_the_archive_check_names_the_file_and_cuts_long_member_names(tmp_path):
+    folder = tmp_path / "child"
+    folder.mkdir()
+    path = folder / "bomb.pt"
+    name = "m" * 100
+    path.write_bytes(_archive({name: b"\0" * 64}, zipfile.ZIP_DEFLATED))
+    with pytest.raises(KbfuseError) as refused:
+        readback.load_tensors(path, folder, 10_000)
+    assert str(refused.value) == (
+        f"{path}: member '{'m' * 80}' is compressed (64 bytes declared); torch.save stores "
+        "members uncompressed"
+    )
+    stored_but_mismatched = _archive({"a": b"\0" * 10})
+    readback.check_archive(stored_but_mismatched, "t", 100)
+
+
+def test_a_linked_folder_inside_a_childs_folder_is_not_followed(tmp_path):
+    folder = tmp_path / "child"
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    (real / "r.json").write_text('{"a": 1}')
+    torch.save(torch.ones(1), real / "t.pt")
+    folder.mkdir()
+    (folder / "out").symlink_to(real)
+    for read in (
+        lambda: readback.read_json(folder / "out" / "r.json", folder),
+        lambda: readback.load_tensors(folder / "out" / "t.pt", folder, 10_000),
+    ):
+        with pytest.raises(KbfuseError, match=r"/child/out is a symbolic link, not a folder"):
+            read()
+    data, why = readback.read_json_or_none(folder / "out" / "r.json", folder)
+    assert data is None and why.endswith("/child/out is a symbolic link, not a folder; not read")
+    report, why = evidence.read_report(folder / "out" / "r.json", folder)
+    assert report == {} and why.endswith("is a symbolic link, not a folder; not read")
+
+
+def test_read_json_follows_links_only_when_asked_and_names_the_file(tmp_path):
+    (tmp_path / "r.json").write_text('{"a": 1}')
+    (tmp_path / "l.json").symlink_to(tmp_path / "r.json")
+    assert untrusted.read_json(tmp_path / "l.json", 100, follow=True) == {"a": 1}
+    with pytest.raises(KbfuseError, match="l.json is a symbolic link"):
+        untrusted.read_json(tmp_path / "l.json", 100)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(KbfuseError, match=rf"^{tmp_path}/bad\.json is not valid JSON: "):
+        untrusted.read_json(tmp_path / "bad.json", 100)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.json").write_text("1")
+    (tmp_path / "ld").symlink_to(tmp_path / "d")
+    with pytest.raises(KbfuseError, match="/ld is a symbolic link, not a folder"):
+        untrusted.read_json(tmp_path / "ld" / "x.json", 100, within=tmp_path)
+
+
+def test_a_survey_record_reached_through_a_link_is_read(tmp_path):
+    record = tmp_path / "record.json"
+    spots = {"zeros": {"passes": False}, "mean_constant": {"passes": False}}
+    record.write_text(json.dumps({"blind_spots": spots, "blind_spot": False}))
+    (tmp_path / "23.json").symlink_to(record)
+    spots_read, source = evidence.trivial_status({}, tmp_path / "23.json")
+    assert source == "survey record 23.json" and spots_read["blind_spot"] is False
+
+
+def test_the_contract_adds_the_flags_of_every_build():
+    ninja = [
+        {"extension": "a", "cuda_flags": ["--use_fast_math"], "host_flags": ["-ffast-math"]},
+        {"extension": "b", "cuda_flags": ["-O3"], "host_flags": ["-O2"]},
+    ]
+    implies = evidence.contract({"ninja": ninja}, None)["implies"]
+    assert implies["use_fast_math"] is True and implies["host_fast_math"] == ["-ffast-math"]
+    load = "torch.utils.cpp_extension.load_inline"
+    builds = [
+        {"route": load, "extra_cuda_cflags": ["--use_fast_math"], "extra_cflags": ["-Ofast"]},
+        {"route": load, "extra_cuda_cflags": ["-O3"], "extra_cflags": ["-O2"]},
+    ]
+    implies = evidence.contract({"builds": builds}, None)["implies"]
+    assert implies["use_fast_math"] is True and implies["host_fast_math"] == ["-Ofast"]
+
+
+def test_a_build_that_names_no_flags_is_measured_with_none():
+    load = {"route": "torch.utils.cpp_extension.load"}
+    assert evidence.witness_builds({"builds": [load]}) == [{"route": "load_inline", "flags": []}]
+
+
+def test_no_reference_output_gives_the_slack_alone(tmp_path):
+    assert evidence.output_limit(tmp_path, []) == evidence.OUTPUT_SLACK_BYTES
+
+
+def test_after_a_failure_the_cases_after_a_missing_one_are_still_compared(tmp_path):
+    reference, candidate = tmp_path / "reference", tmp_path / "candidate"
+    (reference / "out" / "reference").mkdir(parents=True)
+    (candidate / "out" / "outputs").mkdir(parents=True)
+    plan = [
+        {"name": "official_0", "group": "official", "instance": "official"},
+        {"name": "official_1", "group": "official", "instance": "official"},
+    ]
+    for case in plan:
+        torch.save(f32(1.0), reference / "out" / "reference" / f"{case['name']}.pt")
+    torch.save(f32(1.0), candidate / "out" / "outputs" / "official_1.pt")
+    found = evidence.compare_all(
+        plan, reference, candidate, contract(0.0, 0.0), 1 << 20, expected=False
+    )
+    assert sorted(found["cases"]) == ["official_1"]
+    (reference / "out" / "reference" / "official_0.pt").unlink()
+    torch.save([1], reference / "out" / "reference" / "official_0.pt")
+    with pytest.raises(KbfuseError, match=r"^reference output \S+official_0\.pt is not a tensor$"):
+        evidence.compare_all(
+            plan, reference, candidate, contract(0.0, 0.0), 1 << 20, expected=False
+        )
+
+
+def test_a_reference_folder_linked_elsewhere_is_refused(tmp_path):
+    reference, candidate = tmp_path / "reference", tmp_path / "candidate"
+    (tmp_path / "real").mkdir()
+    (reference / "out").mkdir(parents=True)
+    (reference / "out" / "reference").symlink_to(tmp_path / "real")
+    torch.save(f32(1.0), tmp_path / "real" / "official_0.pt")
+    (candidate / "out").mkdir(parents=True)
+    plan = [{"name": "official_0", "group": "official", "instance": "official"}]
+    with pytest.raises(KbfuseError, match="/out/reference is a symbolic link, not a folder"):
+        evidence.compare_all(plan, reference, candidate, contract(0.0, 0.0), 1 << 20, expected=True)
+    (reference / "out" / "reference").unlink()
+    (reference / "out" / "reference").mkdir()
+    torch.save(f32(1.0), reference / "out" / "reference" / "official_0.pt")
+    (candidate / "out" / "outputs").symlink_to(tmp_path / "real")
+    found = evidence.compare_all(
+        plan, reference, candidate, contract(0.0, 0.0), 1 << 20, expected=True
+    )
+    assert "is a symbolic link, not a folder" in found["cases"]["official_0"]["problem"]
+
+
+def test_a_shape_problem_fails_the_case():
+    from kbfuse.candidates import compare
+
+    assert compare.compare_case(f32(1.0, 2.0), f32(1.0), contract(0.1, 0.1)) == {
+        "numel": 2,
+        "problem": "shape [1], expected [2]",
+        "official_pass": False,
+    }

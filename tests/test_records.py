@@ -236,8 +236,10 @@ def test_the_committed_reference_follows_every_schema():
     for path, kind in _reference_records():
         records.read_record(path, kind)
         seen[kind] = seen.get(kind, 0) + 1
-    # the study's run, and the survey's (survey/, with a manifest of its own)
-    assert set(seen) == set(records.SCHEMA_KINDS)
+    # the study's run, and the survey's (survey/, with a manifest of its own). The second
+    # study's survey_rows has no H200 reference yet: test_fused2_summary validates a record
+    # the prediction writes.
+    assert set(seen) == set(records.SCHEMA_KINDS) - {"survey_rows"}
     assert seen["correctness"] == 33 and seen["manifest"] == 2 and seen["survey_task"] == 200
 
 

@@ -311,3 +311,46 @@ def test_every_count_in_the_config_has_an_upper_bound(path, value):
 def test_check_settings_bound_the_same_counts(given, message):
     with pytest.raises(KbfuseError, match=f"^{message}$".replace("(", r"\(").replace(")", r"\)")):
         spec.check_settings(given)
+
+
+def test_verification_in_this_process_names_special_files_by_kind(folder):
+    from kbfuse.results import manifest as m
+
+    zero, fifo, other = _listed(folder)[-3:]
+    (folder / zero).unlink()
+    (folder / zero).symlink_to("/dev/zero")
+    (folder / fifo).unlink()
+    os.mkfifo(folder / fifo)
+    (folder / other).write_text("not what was hashed")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "linked").symlink_to("/")
+    report = m.verify_manifest(folder, folder / "manifest.json", ignore=["manifest.json"])
+    changed = {c["path"]: c for c in report["changed"]}
+    assert changed[zero]["actual_sha256"] is None and changed[zero]["actual_bytes"] is None
+    assert changed[zero]["not_hashed"] == "a symbolic link"
+    assert changed[fifo]["not_hashed"] == "a FIFO"
+    assert changed[other]["not_hashed"] == "size differs"
+    assert changed[other]["actual_bytes"] == len("not what was hashed")
+    assert report["extra"] == ["sub/linked"]
+    assert report["ok"] is False
+
+
+def test_found_records_hash_a_regular_file_of_the_listed_size_within_the_limit(tmp_path):
+    from kbfuse.results import manifest as m
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10)
+    assert m.found_record(path, 10, 10) == m.file_record(path)
+    assert m.found_record(path, 10, 9) == {
+        "sha256": None,
+        "bytes": 10,
+        "not_hashed": "over 9 bytes",
+    }
+    assert m.found_record(path, 11, 100) == {
+        "sha256": None,
+        "bytes": 10,
+        "not_hashed": "size differs",
+    }
+    big = tmp_path / "big"
+    big.write_bytes(b"y" * (3 << 20))
+    assert m.found_record(big, 3 << 20, 3 << 20) == m.file_record(big)

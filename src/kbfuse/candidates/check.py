@@ -46,6 +46,9 @@ from kbfuse.workflow import gpulock
 
 ROLES = ("reference", "candidate", "witness")
 PLAN_KEYS = ("seeds", "distributions")
+# a verdict's name with ".candidate.log" or its atomic write's temporary name must fit the
+# 255 bytes of a file name
+MAX_STEM_BYTES = 200
 
 
 def find_task_file(checkout: str | Path, level: int, task: int) -> Path:
@@ -298,8 +301,11 @@ def check_candidate(
             raise KbfuseError(f"{what} {path} does not exist or is not a file")
         if path.stat().st_size > CANDIDATE_BYTES:
             raise KbfuseError(f"{what} {path} is over {CANDIDATE_BYTES} bytes")
-    if len(f"{out.stem}.candidate.log".encode()) > 255:
-        raise KbfuseError(f"verdict {str(out)[:200]!r}: its name is too long for its log files")
+    if len(out.stem.encode()) > MAX_STEM_BYTES:
+        raise KbfuseError(
+            f"verdict {str(out)[:300]!r}: its name is over {MAX_STEM_BYTES} bytes, too long for "
+            "its log and temporary files"
+        )
     binary, sandbox = sandbox_of(settings)
     device = device or default_device()
     logs_at = Path(log_dir) if log_dir is not None else out.parent

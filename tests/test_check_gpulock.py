@@ -117,7 +117,9 @@ def test_a_candidate_that_does_not_build_never_asks_for_the_device_alone(tmp_pat
     )  # fmt: skip
     assert [how for how, when, _ in lock.events if when == "begin"] == ["shared", "shared"]
     assert record["failed_checks"] == ["build"]
-    assert record["processes"]["candidate"]["lock_wait_s"] == 0.0
+    # only the moments its shared hold took to begin (on a loaded machine, milliseconds); the
+    # wait to be alone it never made would be counted here too
+    assert 0.0 <= record["processes"]["candidate"]["lock_wait_s"] < 0.5
 
 
 def test_the_waits_for_the_lock_do_not_count_against_the_time_limit(tmp_path):

@@ -46,6 +46,8 @@ rule survey_pin:
 # visible GPU, each alone, before any task job; on one GPU (or the CPU) it only names the
 # device. Devices off the others are reported, and left out of the task jobs' placement with
 # survey.exclude_outlier_devices. Its code is no input: editing it does not rerun the survey.
+# It takes each GPU's lock alone in turn itself, so it declares no GPU resource; on a Slurm
+# cluster it is a local rule (each cluster job sees the one GPU it is given: nothing to place).
 rule survey_devices:
     output:
         survey_path("survey_devices"),
@@ -53,8 +55,6 @@ rule survey_devices:
         survey_path("survey_devices_log"),
     conda:
         ENV
-    resources:
-        gpu=1,
     params:
         device=SURVEY["device"],
         exclude=SURVEY["exclude_outlier_devices"],

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -190,3 +192,46 @@ def test_the_switch_is_a_config_key_the_schema_checks():
     with pytest.raises(KbfuseError, match="exclude_outlier_devices"):
         validate_schema(config)
     assert "`survey.exclude_outlier_devices`" in (ROOT / "config/README.md").read_text()
+
+
+def test_each_device_is_timed_in_a_child_that_sees_only_it(monkeypatch):
+    seen = {}
+
+    def fake_run(args, env, **kwargs):
+        seen.update(args=args, env=env)
+        return SimpleNamespace(returncode=0, stdout='{"gemm_ms": 1.5, "copy_ms": 0.25}\n')
+
+    monkeypatch.setattr(agreement.subprocess, "run", fake_run)
+    device = fake_devices(3)[2]
+    assert agreement.measure_on(device) == {"gemm_ms": 1.5, "copy_ms": 0.25}
+    assert seen["args"][1:] == ["-m", "kbfuse.survey.agreement"]
+    assert seen["env"][devices.VISIBLE] == device.uuid
+    assert json.loads(seen["env"][devices.PLACED]) == device.record()
+
+
+def test_a_child_that_fails_names_the_device_and_its_last_line(monkeypatch):
+    failed = SimpleNamespace(returncode=1, stdout="", stderr="Traceback\nRuntimeError: no GPU\n")
+    monkeypatch.setattr(agreement.subprocess, "run", lambda *a, **k: failed)
+    device = fake_devices(1)[0]
+    with pytest.raises(KbfuseError, match=f"on {device.uuid} failed: RuntimeError: no GPU"):
+        agreement.measure_on(device)
+
+
+def test_nvidia_smi_clocks_and_throttling_are_read_per_device(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\n'
+                   'echo "1980 MHz, 1980 MHz, 0x0000000000000004, 41, 120.50 W"\n')  # fmt: skip
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    device = fake_devices(2)[1]
+    found = agreement.nvidia_smi(device)
+    assert found == {
+        "clocks.sm": "1980 MHz",
+        "clocks.max.sm": "1980 MHz",
+        "clocks_throttle_reasons.active": "0x0000000000000004",
+        "temperature.gpu": "41",
+        "power.draw": "120.50 W",
+    }
+    assert f"--id={device.uuid}" in (tmp_path / "args").read_text()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert agreement.nvidia_smi(device) is None

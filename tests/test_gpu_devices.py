@@ -53,11 +53,11 @@ def test_the_child_lists_the_gpus_cuda_shows():
         assert device.name == names[device.uuid] == torch.cuda.get_device_name(i)
 
 
-def test_one_gpu_or_several_is_known_without_cuda_in_this_process():
+def test_several_visible_is_empty_on_one_gpu_and_every_gpu_on_several():
     import torch
 
-    several = devices.several_visible()
-    assert len(several) == (torch.cuda.device_count() if torch.cuda.device_count() > 1 else 0)
+    count = torch.cuda.device_count()
+    assert len(devices.several_visible()) == (count if count > 1 else 0)
 
 
 JOB = textwrap.dedent("""

@@ -82,6 +82,7 @@ localrules:
     manifest,
     bundle,
     survey_task_list,
+    survey_devices,
     survey_pin,
     survey_records,
     survey_summary,

@@ -35,6 +35,7 @@ FUNCTIONS = (
     "cuDeviceGet",
     "cuDeviceGetAttribute",
     "cuDeviceGetUuid",
+    "cuDeviceGetName",
     "cuGetErrorName",
 )
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +93,10 @@ class FakeDriver:
     def _cuDeviceGetUuid(self, device):
         return (0, SimpleNamespace(bytes=bytes(range(16 * (device - 1000), 16 * (device - 999)))))
 
+    def _cuDeviceGetName(self, length, device):
+        assert length >= 64
+        return (0, f"Fake GPU {device - 1000}".encode() + b"\0" * 8)
+
     def _cuGetErrorName(self, code):
         if code not in ERROR_NAMES:
             return (1, None)
@@ -128,6 +133,15 @@ def test_device_uuid_is_written_as_nvidia_smi_writes_it(monkeypatch):
     with pytest.raises(cudadriver.CudaDriverError, match="cuDeviceGetUuid failed with CUDA_ERR"):
         cudadriver.device_uuid()
     assert gpu_arch() == resolve_arch("auto") == "sm_90"
+
+
+def test_device_name_is_the_drivers_up_to_its_nul(monkeypatch):
+    use(monkeypatch, FakeDriver(capabilities=[(9, 0), (9, 0)]))
+    assert cudadriver.device_name() == "Fake GPU 0"
+    assert cudadriver.device_name(1) == "Fake GPU 1"
+    use(monkeypatch, FakeDriver(fail={"cuDeviceGetName": 101}))
+    with pytest.raises(cudadriver.CudaDriverError, match="cuDeviceGetName failed"):
+        cudadriver.device_name()
 
 
 @pytest.mark.parametrize(("capability", "arch"), [((8, 0), "sm_80"), ((10, 0), "sm_100")])

@@ -56,7 +56,7 @@ def test_record_files_go_kind_by_kind():
 
 def test_every_record_kind_has_its_schema():
     # the survey's records are read by its own summary, not the study's (layout.FILES)
-    assert (*layout.RECORDS, "manifest", "survey_task") == records.SCHEMA_KINDS
+    assert (*layout.RECORDS, "manifest", "survey_task", "survey_devices") == records.SCHEMA_KINDS
     for kind in records.SCHEMA_KINDS:
         assert (ROOT / "src/kbfuse/schemas" / f"{kind}.schema.json").is_file(), kind
 
@@ -67,6 +67,7 @@ def test_the_contracts_record_table_is_the_layout():
     documented = {kind: path for path, kind in rows}
     assert documented.pop("manifest") == layout.FILES["manifest"]
     assert documented.pop("survey_task") == layout.FILES["survey_record"]
+    assert documented.pop("survey_devices") == layout.FILES["survey_devices"]
     assert documented == {kind: entry.path for kind, entry in layout.RECORDS.items()}
 
 

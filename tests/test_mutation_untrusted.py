@@ -485,13 +485,18 @@ def test_an_output_the_parent_refuses_is_a_failing_case_naming_why(tmp_path):
 
 
 def test_the_environment_names_the_gpu_and_cuda(monkeypatch):
+    from kbfuse.workflow import devices
+
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: f"GPU{index}")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
+    gpu = {"index": 3, "uuid": "GPU-0123", "name": "GPU0"}  # the GPU the check was placed on
+    monkeypatch.setattr(devices, "current", lambda device: gpu if device == "cuda" else None)
     assert evidence._environment("cuda") == {
         "torch": torch.__version__,
         "device": "cuda",
         "device_name": "GPU0",
         "cuda": "13.0",
+        "gpu": gpu,
     }
     assert evidence._environment("cpu") == {"torch": torch.__version__, "device": "cpu"}
 

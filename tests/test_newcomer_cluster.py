@@ -33,8 +33,15 @@ LOCAL_RULES = {
     "manifest",
     "bundle",
 }
-# The survey's task list, pins and aggregate (not part of the study's `all`).
-SURVEY_LOCAL_RULES = {"survey_task_list", "survey_pin", "survey_records", "survey_summary"}
+# The survey's task list, pins, cross-device check (each cluster job has its own GPU: nothing
+# to place) and aggregate (not part of the study's `all`).
+SURVEY_LOCAL_RULES = {
+    "survey_task_list",
+    "survey_devices",
+    "survey_pin",
+    "survey_records",
+    "survey_summary",
+}
 # The second fused study's (workflow/rules/fused2.smk): the first study's local rules, reused,
 # and the copy of the survey rows its prediction reads.
 FUSED2_LOCAL_RULES = {f"fused2_{rule}" for rule in LOCAL_RULES - {"kernelbench_checkout"}}

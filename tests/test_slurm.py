@@ -50,7 +50,7 @@ FAST_POLLS = ("--slurm-init-seconds-before-status-checks", "1")
 STUDY_LOCAL = {"kernelbench_checkout", "kernelbench_task", "kernelbench_pin",
                "kernelbench_contract", "direction_witness", "cpu"}  # fmt: skip
 SURVEY_LOCAL = {"kernelbench_checkout", "kernelbench_contract", "survey_task_list",
-                "survey_pin", "survey_records"}  # fmt: skip
+                "survey_devices", "survey_pin", "survey_records"}  # fmt: skip
 SURVEY = {
     "device": "cpu",
     "tasks": [1, 53],

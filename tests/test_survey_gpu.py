@@ -63,6 +63,18 @@ def test_the_gpu_lock_is_named_after_the_devices_uuid():
     assert lock.path.name.removeprefix("kbfuse-gpu-").removesuffix(".lock") in smi
 
 
+def test_every_record_names_its_gpu(surveyed):
+    """environment.gpu: index, UUID (as nvidia-smi lists it) and name of the job's GPU."""
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid,name", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    names = dict(tuple(p.strip() for p in line.split(",", 1)) for line in smi.splitlines())
+    for key, rec in surveyed.items():
+        gpu = rec["environment"]["gpu"]
+        assert set(gpu) == {"index", "uuid", "name"}, key
+        assert names[gpu["uuid"]] == gpu["name"] == rec["environment"]["device_name"], key
+        assert gpu["index"] == 0, key  # the library call, not placed: CUDA's device 0
+
+
 def test_calls_per_sample_are_sized_from_the_fastest_baseline(surveyed):
     for (task, mode), rec in surveyed.items():
         protocol = rec["timing_protocol"]

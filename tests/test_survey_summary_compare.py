@@ -33,7 +33,11 @@ def test_survey_files_lists_records_and_summary_only(tmp_path):
     (tmp_path / "survey/strict/logs/53.log").write_text("log")
     (tmp_path / "survey/summary/.partial-x").mkdir(parents=True)
     (tmp_path / "survey/summary/failures.csv").write_text("task\n")
+    (tmp_path / "survey/devices.json").write_text("{}")  # the cross-device check
+    (tmp_path / "survey/logs").mkdir()
+    (tmp_path / "survey/logs/devices.log").write_text("log")
     assert survey_files(tmp_path) == [
+        "survey/devices.json",
         "survey/kernelbench-defaults/tasks/1.json",
         "survey/strict/tasks/53.json",
         "survey/summary/failures.csv",

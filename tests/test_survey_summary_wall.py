@@ -134,3 +134,30 @@ def test_the_script_prints_and_writes_json(tmp_path, capsys, monkeypatch):
         runpy.run_path(str(SCRIPT), run_name="__main__")
     assert "| reference_and_builds | 18.0 | 30% |" in capsys.readouterr().out
     assert json.loads(out.read_text())["totals"]["job_s"] == 60.0
+
+
+def test_the_report_sums_the_jobs_per_gpu_their_records_name(tmp_path):
+    """On several GPUs each record names its job's GPU: jobs, seconds, alone seconds per GPU."""
+    root = survey_run(tmp_path / "results")
+    gpus = {1: {"index": 1, "uuid": "GPU-bbbb", "name": "NVIDIA H200"},
+            53: {"index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H200"}}  # fmt: skip
+    for path in root.glob("survey/*/tasks/*.json"):
+        data = json.loads(path.read_text())
+        data["environment"]["gpu"] = gpus[int(path.stem)]
+        path.write_text(json.dumps(data))
+    report = wall.survey_wall(root)
+    assert [j["gpu"]["uuid"] for j in report["jobs"]] == ["GPU-bbbb", "GPU-aaaa"]
+    assert report["devices"] == [
+        {"index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H200", "jobs": 1, "job_s": 20.0,
+         "alone_s": 9.75},
+        {"index": 1, "uuid": "GPU-bbbb", "name": "NVIDIA H200", "jobs": 1, "job_s": 40.0,
+         "alone_s": 11.5},
+    ]  # fmt: skip
+    text = wall.report_markdown(report)
+    assert "| 0 | GPU-aaaa | NVIDIA H200 | 1 | 20.0 | 9.8 |" in text
+
+
+def test_records_that_name_no_gpu_give_no_device_table(tmp_path):
+    report = wall.survey_wall(survey_run(tmp_path / "results"))
+    assert report["devices"] == [] and all(j["gpu"] is None for j in report["jobs"])
+    assert "| GPU |" not in wall.report_markdown(report)

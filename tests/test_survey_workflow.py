@@ -91,6 +91,7 @@ def test_survey_records_runs_one_job_per_task(surveyed):
         ("kernelbench_checkout", ""),
         ("kernelbench_contract", ""),  # every survey job judges with the pinned contract
         ("survey_task_list", ""),
+        ("survey_devices", ""),  # the cross-device check: on the CPU it only passes
         *{("survey_pin", f"survey_task={t}") for t in (1, 7, 66)},
         *{("survey_task", f"survey_task={t}") for t in (1, 7, 66)},
         ("survey_records", ""),
@@ -109,6 +110,8 @@ def test_survey_records_runs_one_job_per_task(surveyed):
         "66": "66_Matmul_Dropout_Mean_Softmax.py",
     }
     assert (workdir / "results/survey/.cache/inductor").is_dir()
+    check = records.read_record(workdir / "results/survey/devices.json", "survey_devices")
+    assert check["device"] == "cpu" and check["devices"] == [] and check["excluded"] == []
 
 
 def test_unchanged_tree_has_nothing_to_do(settled):
@@ -230,6 +233,9 @@ def test_survey_jobs_share_the_gpu_up_to_the_profiles_cap(settled):
     blocks = _job_blocks(proc.stdout, "survey_task")
     # gpu_jobs, not gpu: the survey's jobs run side by side, timing alone under the GPU lock
     assert len(blocks) == 3 and all("gpu_jobs=1" in b and "gpu=" not in b for b in blocks)
+    # the cross-device check before them takes each GPU's lock itself: no GPU resource
+    (check,) = _job_blocks(proc.stdout, "survey_devices")
+    assert "gpu" not in check
     profile = yaml.safe_load((workdir / "profiles/default/config.yaml").read_text())
     assert "gpu_jobs=6" in profile["resources"] and "gpu=1" in profile["resources"]
 

@@ -206,6 +206,12 @@ OVERRIDES = [
     ),
     ("survey.cold_l2", "survey={cold_l2: false}", ("survey", "cold_l2"), False),
     ("survey.profile", "survey={profile: false}", ("survey", "profile"), False),
+    (
+        "survey.exclude_outlier_devices",
+        "survey={exclude_outlier_devices: true}",
+        ("survey", "exclude_outlier_devices"),
+        True,
+    ),
     ("survey.min_sample_ms", "survey={min_sample_ms: null}", ("survey", "min_sample_ms"), None),
 ]
 

@@ -75,6 +75,9 @@ FILES: dict[str, str] = {
     # (and numerics mode), their logs, the shared compile caches, the summary folder
     "survey_task_list": "survey/task_list.json",
     "survey_task_list_log": "survey/logs/task_list.log",
+    # the cross-device check before the survey's task jobs (kbfuse.survey.agreement)
+    "survey_devices": "survey/devices.json",
+    "survey_devices_log": "survey/logs/devices.log",
     "survey_pin": "survey/pins/{survey_task}.json",
     "survey_pin_log": "survey/logs/pins/{survey_task}.log",
     "survey_record": "survey/{numerics}/tasks/{survey_task}.json",

@@ -42,15 +42,39 @@ rule survey_pin:
         "../scripts/survey_pin.py"
 
 
+# The cross-device check (kbfuse.survey.agreement): one reference kernel timed on every
+# visible GPU, each alone, before any task job; on one GPU (or the CPU) it only names the
+# device. Devices off the others are reported, and left out of the task jobs' placement with
+# survey.exclude_outlier_devices. Its code is no input: editing it does not rerun the survey.
+# It takes each GPU's lock alone in turn itself, so it declares no GPU resource; on a Slurm
+# cluster it is a local rule (each cluster job sees the one GPU it is given: nothing to place).
+rule survey_devices:
+    output:
+        survey_path("survey_devices"),
+    log:
+        survey_path("survey_devices_log"),
+    conda:
+        ENV
+    params:
+        device=SURVEY["device"],
+        exclude=SURVEY["exclude_outlier_devices"],
+    script:
+        "../scripts/survey_devices.py"
+
+
 # One job per task makes every numerics mode's record (the baselines built once). Up to
-# `gpu_jobs` of them share the GPU (the default profile's cap); each times alone under the GPU
-# lock (kbfuse.workflow.gpulock), so their start-up and builds overlap but no timing does.
+# `gpu_jobs` of them run at once, each placed on one of the visible GPUs
+# (kbfuse.workflow.devices: the one with the fewest jobs); on its device each times alone
+# under the device's GPU lock (kbfuse.workflow.gpulock), so their start-up and builds overlap
+# but no timing does. The cross-device check's record is read for the devices to leave out; a
+# new check (the switch changed) reruns the task jobs, which it may move.
 rule survey_task:
     input:
         checkout=SURVEY_CHECKOUT,
         pin=survey_path("survey_pin"),
         contract=CONTRACT,
         code=SURVEY_CODE,
+        devices=survey_path("survey_devices"),
     output:
         SURVEY_TASK_RECORDS,
     log:

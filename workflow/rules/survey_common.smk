@@ -20,8 +20,11 @@ SURVEY_CHECKOUT = layout.file("checkout")
 # The KernelBench level surveyed: level 2 under results/survey, another under
 # results/survey/level<N> (layout.survey_file), so both can sit side by side.
 SURVEY_LEVEL = SURVEY["level"]
+# (exclude_outlier_devices only moves jobs between GPUs: the cross-device check's param)
 SURVEY_JOB_SETTINGS = {
-    k: v for k, v in SURVEY.items() if k not in ("tasks", "numerics", "level")
+    k: v
+    for k, v in SURVEY.items()
+    if k not in ("tasks", "numerics", "level", "exclude_outlier_devices")
 }
 
 

@@ -8,12 +8,14 @@ from kbfuse.candidates.check import (
     find_task_file,
 )
 from kbfuse.tasks.evaluator import read_contract_record
-from kbfuse.workflow import gpulock
+from kbfuse.workflow import devices, gpulock
 from kbfuse.workflow.jobs import job
 
 SURVEY_MODES = ("kernelbench-defaults", "strict")
 
-with job(snakemake.log[0], "check_candidate"):
+# On a machine with several GPUs the check is placed on one of them before CUDA starts here
+# (kbfuse.workflow.devices); its children see that one device.
+with job(snakemake.log[0], "check_candidate"), devices.placed("shared"):
     level, task = snakemake.params.task
     checkout = snakemake.input.checkout
     verdict = Path(snakemake.output.verdict)

@@ -1,12 +1,21 @@
 import os
 import sys
 
+from kbfuse.errors import KbfuseError
+from kbfuse.survey.agreement import excluded_devices
 from kbfuse.survey.job import run_survey_task, share_compile_caches
 from kbfuse.workflow.jobs import job
 
 share_compile_caches(snakemake.params.cache)  # before torch is imported
 settings = snakemake.params.settings
-with job(snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda", gpu_lock=None):
+# placed on one of the visible GPUs, less those the cross-device check left out
+try:
+    avoid = excluded_devices(snakemake.input.devices)
+except KbfuseError as exc:
+    sys.exit(f"kbfuse: survey_task failed: {exc}")
+with job(
+    snakemake.log[0], "survey_task", gpu=settings["device"] == "cuda", gpu_lock=None, avoid=avoid
+):
     run_survey_task(
         checkout=snakemake.input.checkout,
         pin_path=snakemake.input.pin,

@@ -213,10 +213,13 @@ def trivial_status(info: dict, survey: str | Path | None) -> tuple[dict | None, 
 def _environment(device: str) -> dict:
     import torch
 
+    from kbfuse.workflow import devices
+
     env = {"torch": torch.__version__, "device": device}
     if device == "cuda":
         env["device_name"] = torch.cuda.get_device_name(0)
         env["cuda"] = torch.version.cuda
+        env["gpu"] = devices.current(device)  # index, UUID, name (kbfuse.workflow.devices)
     return env
 
 

@@ -122,6 +122,15 @@ def device_uuid(ordinal: int = 0) -> str:
     return f"GPU-{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:32]}"
 
 
+def device_name(ordinal: int = 0) -> str:
+    """GPU `ordinal`'s name as the driver gives it (e.g. "NVIDIA H200")."""
+    driver = _initialised()
+    device = _call(driver, f"cuDeviceGet({ordinal})", "cuDeviceGet", ordinal)
+    raw = _call(driver, "cuDeviceGetName", "cuDeviceGetName", 256, device)
+    raw = bytes(raw) if not isinstance(raw, str) else raw.encode()
+    return raw.split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
 def compute_capability(ordinal: int = 0) -> tuple[int, int]:
     """(major, minor) compute capability of GPU `ordinal`; NoCudaDevice where there is none."""
     driver = _initialised()

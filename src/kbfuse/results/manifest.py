@@ -39,12 +39,19 @@ QUOTED_PINS = (PIN, CHECKOUT_PIN)
 MAX_FILE_BYTES = 256 << 20  # a result file verified in a folder (as a bundle member)
 
 
-# The survey's records and summary (docs/contracts.md, "Survey"), hashed when a survey ran:
-# level 2's under survey/, another level's under survey/level<N>/ (kbfuse.layout.survey_root).
+# The survey's records, its cross-device check and its summary (docs/contracts.md, "Survey"),
+# hashed when a survey ran: level 2's under survey/, another level's under survey/level<N>/
+# (kbfuse.layout.survey_root).
 SURVEY_GLOBS = tuple(
     f"{root}/{pattern}"
     for root in ("survey", "survey/level*")
-    for pattern in ("*/tasks/*.json", "summary/*.csv", "summary/*.md", "summary/*.png")
+    for pattern in (
+        "*/tasks/*.json",
+        "devices.json",
+        "summary/*.csv",
+        "summary/*.md",
+        "summary/*.png",
+    )
 )
 
 

@@ -48,7 +48,7 @@ from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.settings import set_numerics
 from kbfuse.tasks.evaluator import read_contract_record
 from kbfuse.tasks.kernelbench import load_task, read_pin
-from kbfuse.workflow import gpulock
+from kbfuse.workflow import devices, gpulock
 
 KIND = "survey_task"
 SCHEMA_VERSION = 1
@@ -73,12 +73,15 @@ def environment(device: str) -> dict:
     import torch
 
     cuda = device == "cuda"
-    return {
+    found = {
         "device": device,
         "device_name": torch.cuda.get_device_name() if cuda else (platform.processor() or "cpu"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
     }
+    if cuda:  # which GPU of the machine: index, UUID, name (kbfuse.workflow.devices)
+        found["gpu"] = devices.current(device)
+    return found
 
 
 def _sync(device: str) -> Callable[[], None]:

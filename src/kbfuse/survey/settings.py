@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "min_sample_ms": 1.0,
     "cold_l2": True,
     "profile": True,
+    # leave out of the survey's placement the GPUs the cross-device check finds off the others
+    # (kbfuse.survey.agreement); not a setting of the task jobs (changing it reruns none)
+    "exclude_outlier_devices": False,
 }
 
 

@@ -19,7 +19,9 @@ overlap. With
 the Snakemake run log (`.snakemake/log/*.snakemake.log`) the report adds the run's wall time
 (its `Elapsed time:` line) and the parallelism it reached (sum of job seconds / wall seconds);
 the sum of `alone_s` against the wall says how close the run came to keeping the GPU busy
-timing.
+timing. On several GPUs (kbfuse.workflow.devices) each record names the GPU its job ran on
+(`environment.gpu`): `devices` sums the jobs, their seconds and their alone seconds per GPU, so
+a run shows whether its jobs spread over every GPU and how busy each one was kept timing.
 """
 
 from __future__ import annotations
@@ -49,15 +51,34 @@ def inside_seconds(log: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
+def _first_record(results: Path, task: str, level: int) -> tuple[Path, object] | None:
+    for record in sorted(results.glob(f"{survey_root(level)}/*/tasks/{task}.json")):
+        return record, parse_json(read_limited(record), str(record))
+    return None
+
+
 def record_phases(results: Path, task: str, level: int = 2) -> dict | None:
     """The job's `phases_s` from the first of its records found (every mode's holds the same)."""
-    for record in sorted(results.glob(f"{survey_root(level)}/*/tasks/{task}.json")):
-        data = parse_json(read_limited(record), str(record))
-        phases = data.get("phases_s") if isinstance(data, dict) else None
-        if not isinstance(phases, dict):
-            raise KbfuseError(f"{record}: field phases_s is missing")
-        return phases
-    return None
+    found = _first_record(results, task, level)
+    if found is None:
+        return None
+    record, data = found
+    phases = data.get("phases_s") if isinstance(data, dict) else None
+    if not isinstance(phases, dict):
+        raise KbfuseError(f"{record}: field phases_s is missing")
+    return phases
+
+
+def record_gpu(results: Path, task: str, level: int = 2) -> dict | None:
+    """The GPU the job ran on ({index, uuid, name}, its records' `environment.gpu`), or None
+    (a CPU survey, or records from before they named it)."""
+    found = _first_record(results, task, level)
+    data = found[1] if found is not None else None
+    environment = data.get("environment") if isinstance(data, dict) else None
+    gpu = environment.get("gpu") if isinstance(environment, dict) else None
+    if not isinstance(gpu, dict) or not isinstance(gpu.get("uuid"), str):
+        return None
+    return {"index": gpu.get("index"), "uuid": gpu["uuid"], "name": gpu.get("name")}
 
 
 def job_row(results: Path, task: str, tsv: Path, level: int = 2) -> dict[str, Any]:
@@ -73,8 +94,23 @@ def job_row(results: Path, task: str, tsv: Path, level: int = 2) -> dict[str, An
         row[f"{phase}_s"] = float(phases.get(phase, 0.0)) if phases is not None else None
     alone = ("alone_builds_s", "timing_s", "profile_s")
     row["alone_s"] = sum(row[p] for p in alone) if phases is not None else None
+    row["gpu"] = record_gpu(results, task, level)
     row["notes"] = "; ".join(notes)
     return row
+
+
+def per_device(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per GPU named by the jobs' records: its jobs, their seconds and alone seconds."""
+    devices: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        gpu = job.get("gpu")
+        if gpu is None:
+            continue
+        row = devices.setdefault(gpu["uuid"], {**gpu, "jobs": 0, "job_s": 0.0, "alone_s": 0.0})
+        row["jobs"] += 1
+        row["job_s"] += job["job_s"]
+        row["alone_s"] += job["alone_s"] or 0.0
+    return sorted(devices.values(), key=lambda d: (d["index"] is None, d["index"], d["uuid"]))
 
 
 def survey_wall(results: str | Path, snakemake_log=None, level: int = 2) -> dict[str, Any]:
@@ -99,6 +135,7 @@ def survey_wall(results: str | Path, snakemake_log=None, level: int = 2) -> dict
         "results": str(results),
         "jobs": jobs,
         "totals": totals,
+        "devices": per_device(jobs),
         "wall_s": None,
         "parallelism": None,
     }
@@ -137,4 +174,9 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
     ]
     for r in sorted(report["jobs"], key=lambda r: -r["job_s"])[:slowest]:
         lines.append("| " + " | ".join(_fmt(r[c]) for c in columns) + " |")
+    if report.get("devices"):
+        lines += ["", "| GPU | UUID | name | jobs | job s | alone s |", "|---|---|---|---|---|---|"]
+        for d in report["devices"]:
+            cells = (d["index"], d["uuid"], d["name"], d["jobs"], d["job_s"], d["alone_s"])
+            lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

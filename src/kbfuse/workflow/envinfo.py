@@ -24,6 +24,7 @@ from typing import Any
 from kbfuse.compilation import cudacache
 from kbfuse.errors import KbfuseError
 from kbfuse.io import write_json
+from kbfuse.workflow import devices
 
 log_ = logging.getLogger("kbfuse.workflow.envinfo")
 
@@ -53,15 +54,21 @@ def _gpu(device: int) -> dict:
     import torch
 
     props = torch.cuda.get_device_properties(device)
-    return {
+    found = {
         "name": props.name,
         "sm_count": int(props.multi_processor_count),
         "compute_capability": f"{props.major}.{props.minor}",
         "memory_bytes": int(props.total_memory),
     }
+    placed = devices.current("cuda") if device == 0 else None
+    if placed is not None:  # which GPU of the machine (kbfuse.workflow.devices)
+        found.update(index=placed["index"], uuid=placed["uuid"])
+    return found
 
 
-def _nvidia_smi(device: int) -> dict:
+def _nvidia_smi(device: int | str) -> dict:
+    """Driver version and name from nvidia-smi, for device `device`: its index in nvidia-smi's
+    own numbering (which ignores CUDA_VISIBLE_DEVICES) or its UUID."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         raise FileNotFoundError("nvidia-smi not on PATH")
@@ -191,6 +198,8 @@ def fingerprint(copy_bytes: int = COPY_BUFFER_BYTES, device: int = 0, log=None) 
     if not torch.cuda.is_available():
         raise KbfuseError("env fingerprint needs a CUDA GPU, but torch sees none")
     notes: dict[str, str] = {}
+    placed = devices.placed_here()  # a job placed on one GPU of several: nvidia-smi by UUID
+    smi_id = placed.uuid if placed is not None and device == 0 else device
     _say(log, f"probing GPU {device} and the CUDA stack")
     record = {
         "kind": "env",
@@ -198,7 +207,7 @@ def fingerprint(copy_bytes: int = COPY_BUFFER_BYTES, device: int = 0, log=None) 
         "gpu": _gpu(device),
         "driver": {
             "cuda_driver_api": _probe(notes, "driver.cuda_driver_api", _cupy_driver),
-            "nvidia_smi": _probe(notes, "driver.nvidia_smi", lambda: _nvidia_smi(device)),
+            "nvidia_smi": _probe(notes, "driver.nvidia_smi", lambda: _nvidia_smi(smi_id)),
         },
         "cuda_runtime": _probe(notes, "cuda_runtime", _cupy_runtime),
         "torch": torch.__version__,

@@ -14,6 +14,10 @@ timing. The locks are `fcntl.flock` on two files named after the device (its UUI
 host for the CPU) in the system's temporary folder (`KBFUSE_GPU_LOCK_DIR` overrides it; it must
 be a folder every job on the machine sees). The kernel releases them when a process dies, so a
 killed job never leaves a stale lock. Seconds spent waiting are counted (`waited_s`).
+
+On a machine with several GPUs a job is placed on one of them before CUDA starts in it
+(kbfuse.workflow.devices sets CUDA_VISIBLE_DEVICES to that GPU's UUID), so `for_device("cuda")`
+is the lock of the job's own GPU: jobs on different GPUs never wait for each other.
 """
 
 from __future__ import annotations

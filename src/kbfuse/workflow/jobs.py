@@ -2,9 +2,10 @@
 
 `job(log, gpu=...)` sends the job's output to its log, isolates the CUDA compute cache
 and CuPy's kernel cache in a private scratch directory before anything can initialise
-CUDA, and, for GPU stages, fails fast with a clear message when no GPU is visible and then
-holds the GPU lock (kbfuse.workflow.gpulock) until the job ends: alone for the stages that time
-or measure the device, shared for those that only compute.
+CUDA, and, for GPU stages, places the job on one of the visible GPUs (kbfuse.workflow.devices:
+on a machine with one GPU nothing changes), fails fast with a clear message when no GPU is
+visible and then holds the GPU lock (kbfuse.workflow.gpulock) until the job ends: alone for the
+stages that time or measure the device, shared for those that only compute.
 
 A KbfuseError (bad input, or a machine that cannot run the stage) ends the job with exit
 status 1 and its one-line message, once, on the terminal and in the log, without a
@@ -26,7 +27,7 @@ from pathlib import Path
 from kbfuse.compilation import cudacache
 from kbfuse.errors import KbfuseError
 from kbfuse.faults import checkpoint
-from kbfuse.workflow import gpulock
+from kbfuse.workflow import devices, gpulock
 
 
 class NoGPUError(KbfuseError):
@@ -100,6 +101,11 @@ def _hold_the_gpu(how: str) -> Iterator[gpulock.GpuLock]:
         yield lock
 
 
+def _placement(gpu_lock: str | None) -> str:
+    """How a job is placed: alone-for-life jobs look for an unused device first."""
+    return "alone" if gpu_lock == "alone" else "shared"
+
+
 @contextlib.contextmanager
 def job(
     log: str | Path,
@@ -107,6 +113,7 @@ def job(
     gpu: bool = False,
     torch: bool = True,
     gpu_lock: str | None = "alone",
+    avoid: tuple[str, ...] | list[str] = (),
 ) -> Iterator[dict]:
     """Context for one workflow job; yields the CUDA cache record to store in its output.
 
@@ -114,7 +121,8 @@ def job(
     gpu_lock: how a GPU job holds the GPU lock (kbfuse.workflow.gpulock) for its whole life:
     "alone" (it times, or measures the device: nothing else on it), "shared" (it only computes:
     beside other sharing jobs, never beside a timing one), or None (the survey's jobs, which
-    take the lock phase by phase themselves)."""
+    take the lock phase by phase themselves, placed as sharing jobs); avoid: UUIDs of devices the
+    job must not be placed on (kbfuse.workflow.devices.placed)."""
     log_path = Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -133,7 +141,10 @@ def job(
             record = cudacache.isolate(scratch)
             logging.getLogger("kbfuse").info("stage %s; CUDA cache: %s", stage, record)
             with contextlib.ExitStack() as held:
-                if gpu:
+                if gpu:  # before CUDA is initialised in this process (require_gpu does)
+                    device = held.enter_context(devices.placed(_placement(gpu_lock), avoid))
+                    if device is not None:
+                        logging.getLogger("kbfuse").info("placed on GPU %s", device.record())
                     require_gpu(stage, torch=torch)
                 if gpu and gpu_lock is not None:
                     lock = held.enter_context(_hold_the_gpu(gpu_lock))

@@ -1,0 +1,102 @@
+"""`kbfuse audit CORPUS [--mapping cuda_l1] ...`: audit a corpus without Snakemake.
+
+The same steps as `snakemake audit` (docs/audit.md), one check after another in this process:
+the corpus read through its mapping and materialised under `--out` (default
+results/audit/<name>), every entry without a verdict there checked by
+kbfuse.candidates.check.check_candidate (so a second run resumes, and checks only new or
+changed entries), then the summary written to `--out`/summary. The task files come from the
+`--kernelbench` checkout (the pin), or from the corpus itself with `--references corpus`; the
+contract from `--contract` or that checkout; the check's settings from the `check:` block of
+`--config`. Exit 0 once the summary is written, whatever the verdicts; 1 for bad input (the
+corpus, its mapping, a task file that is missing), named on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    a = sub.add_parser("audit", help="check every candidate of a published corpus, claims beside")
+    a.add_argument("corpus", help="a folder of candidate files, or a JSON/JSONL file")
+    a.add_argument("--mapping", help="a packaged mapping (cuda_l1) or a mapping YAML file")
+    a.add_argument("--name", help="the audit's name (default: from the corpus's file name)")
+    a.add_argument(
+        "--references",
+        choices=("pinned", "corpus"),
+        default="pinned",
+        help="judge against the pinned task files (default) or the corpus's own",
+    )
+    a.add_argument("--limit", type=int, help="check the first N entries only")
+    a.add_argument(
+        "--kernelbench",
+        default="results/kernelbench/checkout",
+        help="KernelBench checkout at the pin (default: the workflow's)",
+    )
+    a.add_argument("--contract", help="a kernelbench_contract record (default: the checkout's)")
+    a.add_argument("--out", help="the audit's folder (default: results/audit/<name>)")
+    a.add_argument("--config", help="a config file whose check: block sets the limits")
+    a.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
+    a.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="run the children without the bubblewrap sandbox (recorded in every verdict)",
+    )
+    a.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: building the parser must not import torch (as `kbfuse check`).
+    from kbfuse import layout
+    from kbfuse.audit.materialise import prepare
+    from kbfuse.audit.settings import audit_settings
+    from kbfuse.audit.summary import write_audit_summary
+    from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
+    from kbfuse.candidates.cli import _contract, _settings
+
+    settings = audit_settings(
+        {
+            "corpus": args.corpus,
+            "mapping": args.mapping,
+            "name": args.name,
+            "references": args.references,
+            "limit": args.limit,
+        }
+    )
+    root = Path(args.out) if args.out else Path(layout.file("audit_root", audit=settings["name"]))
+    entries = prepare(settings, root)
+    contract = _contract(args)
+    check = _settings(args.config, args.unsandboxed)
+    checkout = Path(args.kernelbench)
+    commit = checkout_commit(checkout) if checkout.is_dir() else None
+    verdicts = []
+    for number, (name, (level, task)) in enumerate(entries.items(), start=1):
+        verdict = Path(layout.audit_file("verdict", root, entry=name))
+        verdicts.append(verdict)
+        if verdict.is_file():
+            print(f"[{number}/{len(entries)}] {name}: verdict there, not checked again")
+            continue
+        if settings["references"] == "corpus":
+            task_file, task_commit = Path(layout.audit_file("task", root, entry=name)), None
+        else:
+            task_file, task_commit = find_task_file(checkout, level, task), commit
+        record = check_candidate(
+            layout.audit_file("candidate", root, entry=name),
+            level,
+            task,
+            task_file,
+            verdict,
+            contract,
+            check,
+            device=args.device,
+            commit=task_commit,
+            log_dir=root / "logs",
+        )
+        failed = " ".join(record["failed_checks"])
+        print(f"[{number}/{len(entries)}] {name}: {record['verdict']} {failed}".rstrip())
+    summary = Path(layout.audit_file("summary", root, name="table.csv")).parent
+    pinned = checkout if checkout.is_dir() else None
+    for path in write_audit_summary(layout.audit_file("index", root), verdicts, pinned, summary):
+        print(path)
+    return 0

@@ -64,3 +64,14 @@ def audit_settings(given: Mapping[str, Any] | None) -> dict:
     if not isinstance(s["in_manifest"], bool):
         raise KbfuseError(f"audit.in_manifest is {s['in_manifest']!r}: it must be true or false")
     return s
+
+
+def audit_targets(settings: dict, files: list[str]) -> list[str]:
+    """The `audit` target's inputs, `files`; KbfuseError saying what to set when the config
+    names no corpus."""
+    if settings["corpus"] is None:
+        raise KbfuseError(
+            "snakemake audit needs the config key audit.corpus, e.g. --config "
+            "audit='{corpus: h100.json, mapping: cuda_l1}' (docs/audit.md)"
+        )
+    return files

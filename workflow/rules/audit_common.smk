@@ -1,0 +1,29 @@
+# kbfuse audit (docs/audit.md): the audit: block and its corpus, read at every Snakemake start
+# through the corpus's mapping (a problem of either stops the workflow before any job, named);
+# each entry is written as a candidate file named after its content, only when its content
+# changed (kbfuse.audit.materialise), so a job reruns only for a new or changed entry.
+from kbfuse.audit.materialise import prepare
+from kbfuse.audit.settings import audit_settings, audit_targets
+from kbfuse.audit.summary import OUTPUTS as AUDIT_OUTPUTS
+
+# The audit's settings, its entries and their files, for workflow/rules/audit.smk (and the
+# manifest's list, workflow/rules/common.smk).
+try:
+    AUDIT = audit_settings(config.get("audit"))
+    AUDIT_ROOT = layout.file("audit_root", audit=AUDIT["name"] or "none")
+    AUDIT_ENTRIES = prepare(AUDIT, AUDIT_ROOT) if AUDIT["corpus"] else {}
+except KbfuseError as exc:
+    sys.exit(str(exc))
+
+
+def audit_file(kind, /, **wildcards):
+    return layout.audit_file(kind, AUDIT_ROOT, **wildcards)
+
+
+AUDIT_VERDICTS = [audit_file("verdict", entry=name) for name in AUDIT_ENTRIES]
+AUDIT_SUMMARY = [audit_file("summary", name=name) for name in AUDIT_OUTPUTS]
+AUDIT_IN_MANIFEST = (
+    AUDIT_VERDICTS + AUDIT_SUMMARY if AUDIT["corpus"] and AUDIT["in_manifest"] else []
+)
+# judged against the corpus's own task code: its file beside the candidate's
+AUDIT_TASK = {"task": audit_file("task")} if AUDIT["references"] == "corpus" else {}

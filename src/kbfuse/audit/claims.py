@@ -10,7 +10,8 @@ baseline by name the same paired ratio from the verdict's samples.
 Each claim with an `against` gets a status (CLAIM_STATUSES): `reproduces` when the claim is at
 most the measured upper quartile, `does not reproduce` otherwise, `fails check` when the
 candidate fails a check (its speed is not that of a correct kernel), `not measured` (no timing
-of that baseline), `not checked` (no verdict: the entry was skipped), `no claim`. Each entry
+of that baseline), `no verdict` (an audit not finished), `not checked` (the entry cannot be
+checked: no code, another level), `no claim`. Each entry
 gets one outcome (`outcome`), the first that applies: the failure kinds in FAIL_KINDS order,
 then for a pass `passes only where a trivial output passes` (the `blind_spot` finding), then
 how it compares with the best compiled baseline (quartiles above 1, below 1, or spanning it).
@@ -47,10 +48,19 @@ PASSES_FASTER = "passes and is faster than the best compiled"
 PASSES_SLOWER = "passes and is slower than the best compiled"
 PASSES_EVEN = "passes, within the spread of the best compiled"
 PASSES_UNTIMED = "passes, not timed against a compiled baseline"
-NOT_CHECKED = "not checked"
+NOT_CHECKED = "not checked"  # skipped: the corpus entry cannot be checked
+NO_VERDICT = "no verdict"  # checkable, but its verdict was not given (an unfinished audit)
 REPRODUCES, NOT_REPRODUCED = "reproduces", "does not reproduce"
 FAILS_CHECK, NOT_MEASURED, NO_CLAIM = "fails check", "not measured", "no claim"
-CLAIM_STATUSES = (REPRODUCES, NOT_REPRODUCED, FAILS_CHECK, NOT_MEASURED, NOT_CHECKED, NO_CLAIM)
+CLAIM_STATUSES = (
+    REPRODUCES,
+    NOT_REPRODUCED,
+    FAILS_CHECK,
+    NOT_MEASURED,
+    NO_VERDICT,
+    NOT_CHECKED,
+    NO_CLAIM,
+)
 METHODS = ("events", "wall")
 Ratio = tuple[float | None, float | None, float | None]
 NO_RATIO: Ratio = (None, None, None)
@@ -86,7 +96,7 @@ def measured(verdict: dict, against: str, method: str | None) -> Ratio:
 def outcome(verdict: dict | None, best: Ratio) -> str:
     """The one kind an entry is tallied under (see the module docstring)."""
     if verdict is None:
-        return NOT_CHECKED
+        return NO_VERDICT
     failed = set(verdict["failed_checks"])
     for check, kind in FAIL_KINDS:
         if check in failed:
@@ -109,7 +119,7 @@ def claim_status(claim: float | None, verdict: dict | None, ratio: Ratio) -> str
     if claim is None:
         return NO_CLAIM
     if verdict is None:
-        return NOT_CHECKED
+        return NO_VERDICT
     if verdict["verdict"] != "pass":
         return FAILS_CHECK
     if ratio[2] is None:
@@ -132,7 +142,7 @@ def entry_row(entry: dict, claims: list[dict], verdict: dict | None, pinned: dic
         "entry": entry["name"],
         "source": entry["source"],
         "task": f"{entry['level']}/{entry['task']}",
-        "verdict": NOT_CHECKED if verdict is None else verdict["verdict"],
+        "verdict": NO_VERDICT if verdict is None else verdict["verdict"],
         "outcome": outcome(verdict, best),
         "failed_checks": "" if verdict is None else " ".join(verdict["failed_checks"]),
         "findings": "" if verdict is None else " ".join(verdict["findings"]),
@@ -195,7 +205,9 @@ def _counts(group: str, values) -> list[dict]:
 def tallies(frame: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     """Counts by kind: each entry's outcome; every failed check and finding; each compared
     claim's status; how the references compare with the pinned task files."""
-    checked = frame[frame["verdict"] != NOT_CHECKED] if len(frame) else frame
+    if frame.empty:
+        return pd.DataFrame(columns=["group", "kind", "count"])
+    checked = frame[~frame["verdict"].isin([NOT_CHECKED, NO_VERDICT])]
     outcomes = [NOT_CHECKED if o.startswith(NOT_CHECKED) else o for o in frame["outcome"]]
     rows = _counts("outcome", outcomes)
     for column, group in (("failed_checks", "failed check"), ("findings", "finding")):

@@ -83,13 +83,18 @@ def markdown_rows(frame: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
 def header(index: dict, frame: pd.DataFrame) -> str:
     corpus = index["corpus"]
     methods = sorted({m for m in frame.get("method", []) if isinstance(m, str)})
-    checked = int((frame["verdict"] != claims_of.NOT_CHECKED).sum()) if len(frame) else 0
+    judged = (
+        int((~frame["verdict"].isin([claims_of.NOT_CHECKED, claims_of.NO_VERDICT])).sum())
+        if len(frame)
+        else 0
+    )
     return "\n".join(
         [
             f"# Audit {index['name']}",
             "",
             f"- corpus: `{Path(corpus['path']).name}` (mapping {corpus['mapping'] or 'none'}), "
-            f"{checked} candidates checked, {len(index['skipped'])} not checked, "
+            f"{len(index['entries'])} candidates ({judged} with a verdict), "
+            f"{len(index['skipped'])} not checked, "
             f"{corpus['filtered_out']} left out by the mapping's filters",
             f"- claims made in numerics mode `{corpus['numerics']}`; measured in "
             f"`{MEASURED_NUMERICS}` (PyTorch's defaults), timing method "

@@ -207,3 +207,28 @@ def test_cli_audit_names_a_bad_corpus_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "kbfuse audit: c.json line 1: task_id is '53': it must be an integer >= 1" in err
     assert not out.exists()
+
+
+def test_cli_audit_at_the_pin_reads_the_checkout(tmp_path, capsys, kb_repo):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"check": SMALL}))
+    out = tmp_path / "audit"
+    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--limit", "1"]
+    args += ["--kernelbench", kb_repo[0], "--config", str(config), "--device", "cpu"]
+    assert main([*args, "--out", str(out)]) == 0
+    table = pd.read_csv(out / "summary" / "table.csv")
+    assert list(table["verdict"]) == ["pass", "not checked"]
+    assert table.loc[0, "reference_vs_pinned"] == "differs"  # the CPU task file is not the pin's
+    record = json.loads(next((out / "verdicts").glob("*.json")).read_text())
+    assert record["task"]["file"].startswith("53_") and record["task"]["commit"]
+
+
+def test_cli_audit_names_a_missing_task_file_and_writes_nothing(tmp_path, capsys):
+    contract = tmp_path / "contract.json"
+    write_json(contract, contract_record(None))
+    out = tmp_path / "audit"
+    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--out", str(out)]
+    args += ["--contract", str(contract), "--kernelbench", str(tmp_path)]
+    assert main(args) == 1
+    assert "kbfuse audit: task 2/53: 0 files match" in capsys.readouterr().err
+    assert not out.exists()

@@ -49,11 +49,14 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here: building the parser must not import torch (as `kbfuse check`).
     from kbfuse import layout
-    from kbfuse.audit.materialise import prepare
+    from kbfuse.audit.corpus import read_corpus
+    from kbfuse.audit.mapping import load_mapping
+    from kbfuse.audit.materialise import materialise, select
     from kbfuse.audit.settings import audit_settings
     from kbfuse.audit.summary import write_audit_summary
     from kbfuse.candidates.check import check_candidate, checkout_commit, find_task_file
-    from kbfuse.candidates.cli import _contract, _settings
+    from kbfuse.candidates.cli import contract_of, settings_from_config
+    from kbfuse.candidates.spec import check_settings
 
     settings = audit_settings(
         {
@@ -64,11 +67,21 @@ def run(args: argparse.Namespace) -> int:
             "limit": args.limit,
         }
     )
-    root = Path(args.out) if args.out else Path(layout.file("audit_root", audit=settings["name"]))
-    entries = prepare(settings, root)
-    contract = _contract(args)
-    check = _settings(args.config, args.unsandboxed)
+    # Everything that can be refused is, before a file is written: the mapping, the corpus,
+    # the contract, the check's settings and, judged at the pin, every task file.
+    mapping = None if settings["mapping"] is None else load_mapping(settings["mapping"])
+    corpus = read_corpus(settings["corpus"], mapping)
+    contract = contract_of(args)
+    check = check_settings(settings_from_config(args.config, args.unsandboxed))
     checkout = Path(args.kernelbench)
+    chosen = select(corpus, settings["references"], settings["limit"])[0]
+    pinned = {}
+    if settings["references"] == "pinned":
+        pinned = {
+            n: find_task_file(checkout, c.entry.level, c.entry.task) for n, c in chosen.items()
+        }
+    root = Path(args.out) if args.out else Path(layout.file("audit_root", audit=settings["name"]))
+    entries = materialise(corpus, mapping, settings, root)
     commit = checkout_commit(checkout) if checkout.is_dir() else None
     verdicts = []
     for number, (name, (level, task)) in enumerate(entries.items(), start=1):
@@ -77,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
         if verdict.is_file():
             print(f"[{number}/{len(entries)}] {name}: verdict there, not checked again")
             continue
-        if settings["references"] == "corpus":
-            task_file, task_commit = Path(layout.audit_file("task", root, entry=name)), None
+        if name in pinned:
+            task_file, task_commit = pinned[name], commit
         else:
-            task_file, task_commit = find_task_file(checkout, level, task), commit
+            task_file, task_commit = Path(layout.audit_file("task", root, entry=name)), None
         record = check_candidate(
             layout.audit_file("candidate", root, entry=name),
             level,
@@ -96,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         failed = " ".join(record["failed_checks"])
         print(f"[{number}/{len(entries)}] {name}: {record['verdict']} {failed}".rstrip())
     summary = Path(layout.audit_file("summary", root, name="table.csv")).parent
-    pinned = checkout if checkout.is_dir() else None
-    for path in write_audit_summary(layout.audit_file("index", root), verdicts, pinned, summary):
+    for path in write_audit_summary(
+        layout.audit_file("index", root), verdicts, checkout if checkout.is_dir() else None, summary
+    ):
         print(path)
     return 0

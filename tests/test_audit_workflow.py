@@ -178,6 +178,8 @@ def test_the_audit_joins_the_manifest_only_when_asked(audit_run, kb_repo):
     finally:
         _overlay(workdir, kb_repo)
     assert f"{ROOT}/summary/table.csv" in dry and f"{ROOT}/summary/claims.png" in dry
+    manifest_job = dry.split("rule manifest:")[1].split("\n\n")[0]
+    assert f"{ROOT}/entries.json" in manifest_job and f"{ROOT}/verdicts/" in manifest_job
 
 
 def test_cli_audit_checks_each_entry_once(tmp_path, capsys):

@@ -22,8 +22,11 @@ def audit_file(kind, /, **wildcards):
 
 AUDIT_VERDICTS = [audit_file("verdict", entry=name) for name in AUDIT_ENTRIES]
 AUDIT_SUMMARY = [audit_file("summary", name=name) for name in AUDIT_OUTPUTS]
+# the index holds the claims and the corpus's digests; the candidates' code stays out
 AUDIT_IN_MANIFEST = (
-    AUDIT_VERDICTS + AUDIT_SUMMARY if AUDIT["corpus"] and AUDIT["in_manifest"] else []
+    [audit_file("index"), *AUDIT_VERDICTS, *AUDIT_SUMMARY]
+    if AUDIT["corpus"] and AUDIT["in_manifest"]
+    else []
 )
 # judged against the corpus's own task code: its file beside the candidate's
 AUDIT_TASK = {"task": audit_file("task")} if AUDIT["references"] == "corpus" else {}

@@ -334,3 +334,13 @@ def test_materialise_on_the_cuda_l1_shape_of_an_entry_without_claims(tmp_path):
     corpus = read_records(TINY, load_mapping("cuda_l1"))
     names = materialise(corpus, None, {**SETTINGS, "name": "x"}, tmp_path)
     assert read_index(tmp_path / "entries.json")["claims"] == [] and len(names) == 3
+
+
+def test_docs_audit_shows_the_packaged_mapping_and_the_documented_keys():
+    root = Path(__file__).parents[1]
+    doc = (root / "docs/audit.md").read_text()
+    shown = yaml.safe_load(doc.split("```yaml")[1].split("```")[0])
+    assert shown == CUDA_L1
+    readme = (root / "config/README.md").read_text()
+    documented = re.findall(r"^\| `audit\.(\w+)`", readme, flags=re.M)
+    assert documented == list(audit_settings(None))

@@ -24,7 +24,6 @@ from collections import Counter
 import pandas as pd
 
 from kbfuse.audit.references import reference_status
-from kbfuse.candidates.verdict import COMPILED
 from kbfuse.timing.measure import paired_ratios
 
 # failed check -> the kind it is tallied under, in the order a candidate's outcome is chosen
@@ -157,11 +156,7 @@ def entry_row(entry: dict, claims: list[dict], verdict: dict | None, pinned: dic
         row[f"claim_{name}"] = value
         if claim["against"] is None:
             continue
-        ratio = (
-            NO_RATIO
-            if verdict is None or claim["against"] not in ("eager", "best_compiled", *COMPILED)
-            else measured(verdict, claim["against"], method)
-        )
+        ratio = NO_RATIO if verdict is None else measured(verdict, claim["against"], method)
         row[f"against_{name}"] = claim["against"]
         row.update(_columns(f"measured_{name}", ratio))
         row[f"status_{name}"] = claim_status(value, verdict, ratio)

@@ -52,21 +52,22 @@ def _number(value) -> str:
     return "" if value is None or pd.isna(value) else f"{value:.4g}"
 
 
+def _text(row: pd.Series, column: str) -> str:
+    value = row.get(column)
+    return value if isinstance(value, str) else ""  # a skipped entry's cells are NaN
+
+
 def markdown_rows(frame: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     """The main columns, each measured figure as `median [q1, q3]`."""
     rows = []
     for _, row in frame.iterrows():
         cells = {
-            "entry": row.get("entry") or row["source"],
+            "entry": _text(row, "entry") or row["source"],
             "task": row["task"],
             "verdict": row["verdict"],
             "outcome": row["outcome"],
-            "failed checks": row.get("failed_checks")
-            if isinstance(row.get("failed_checks"), str)
-            else "",
-            "reference": row.get("reference_vs_pinned")
-            if isinstance(row.get("reference_vs_pinned"), str)
-            else "",
+            "failed checks": _text(row, "failed_checks"),
+            "reference": _text(row, "reference_vs_pinned"),
             "measured over eager": _figure(row, "measured_over_eager"),
             "measured over best compiled": _figure(row, "measured_over_best_compiled"),
         }

@@ -182,6 +182,7 @@ OVERRIDES = [
         ["normal"],
     ),
     ("check.baselines", "check={baselines: [eager]}", ("check", "baselines"), ["eager"]),
+    ("check.numerics", "check={numerics: strict}", ("check", "numerics"), "strict"),
     ("check.timing", "check={timing: {rounds: 4}}", ("check", "timing", "rounds"), 4),
     ("audit.corpus", "audit={corpus: null}", ("audit", "corpus"), None),
     ("audit.mapping", "audit={mapping: cuda_l1}", ("audit", "mapping"), "cuda_l1"),

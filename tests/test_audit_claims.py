@@ -41,9 +41,12 @@ def _measurement(samples: list[float]) -> dict:
     }
 
 
-def verdict(candidate=ONES, eager=None, torchscript=None, inductor=None, failed=(), findings=()):
-    """BASE with an `events` block of these samples (ms), and this verdict."""
+def verdict(
+    candidate=ONES, eager=None, torchscript=None, inductor=None, failed=(), findings=(), mode=None
+):
+    """BASE with an `events` block of these samples (ms), this verdict, measured in `mode`."""
     record = copy.deepcopy(BASE)
+    record["settings"]["numerics"] = mode
     block = {"candidate": _measurement(candidate)}
     for name, samples in (("eager", eager), ("torchscript", torchscript), ("inductor", inductor)):
         if samples is not None:
@@ -249,4 +252,47 @@ def test_an_index_without_entries_still_summarises(tmp_path):
     assert read_index(tmp_path / "entries.json")["entries"] == []
     write_audit_summary(tmp_path / "entries.json", [], None, tmp_path / "s")
     assert "(no entries)" in (tmp_path / "s" / "table.md").read_text()
-    assert claims.tallies(pd.DataFrame(columns=["verdict", "outcome"]), []).empty
+    assert claims.tallies(pd.DataFrame(columns=["verdict", "outcome"]), [], []).empty
+
+
+def test_a_second_mode_stands_beside_the_claims_mode(tmp_path):
+    mapping = load_mapping("cuda_l1")
+    settings = audit_settings(
+        {
+            "corpus": str(tmp_path / "c.json"),
+            "mapping": "cuda_l1",
+            "numerics": ["kernelbench-defaults", "strict"],
+        }
+    )
+    entry = _entry("fast", CASES["fast"][0])
+    names = materialise(
+        Corpus(str(tmp_path / "c.json"), [entry], [], 0), mapping, settings, tmp_path
+    )
+    name = next(iter(names))
+    paths = [
+        tmp_path / "verdicts" / mode / f"{name}.json" for mode in ("kernelbench-defaults", "strict")
+    ]
+    write_json(paths[0], CASES["fast"][1])
+    # strict FP32: slower, and now slower than Inductor
+    write_json(paths[1], verdict(eager=[1.0] * 4, inductor=[0.8] * 4, mode="strict"))
+    write_audit_summary(tmp_path / "entries.json", paths, None, tmp_path / "s")
+    row = pd.read_csv(tmp_path / "s" / "table.csv").iloc[0]
+    assert row["numerics"] == "kernelbench-defaults" and row[
+        "measured_over_eager"
+    ] == pytest.approx(2.1)
+    assert row["strict_verdict"] == "pass"
+    assert row["strict_measured_over_best_compiled"] == pytest.approx(0.8)
+    assert row["strict_outcome"] == "passes and is slower than the best compiled"
+    assert (
+        row["status_over_eager"] == "reproduces"
+        and row["strict_status_over_eager"] == "does not reproduce"
+    )
+    tallies = pd.read_csv(tmp_path / "s" / "tallies.csv")
+    groups = set(tallies["group"])
+    assert {"outcome", "outcome (strict)", "claim over_eager (against eager, strict)"} <= groups
+    text = (tmp_path / "s" / "table.md").read_text()
+    assert "measured in `kernelbench-defaults`, `strict`" in text
+    assert (
+        "| over best compiled (strict) |" in text.replace("  ", " ")
+        or "over best compiled (strict)" in text
+    )

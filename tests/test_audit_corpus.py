@@ -75,8 +75,7 @@ def test_the_cuda_l1_mapping_is_packaged_and_reads_its_keys():
         ({"claims": {"x": {"against": "eager"}}}, "m: claims.x.key is None"),
         ({"filters": {"level": 2}}, "m: filters.level is 2: a list of integers"),
         ({"filters": {"gpu": [1]}}, "m: filters.gpu is not a filter"),
-        ({"numerics": "fast"}, "m: numerics is 'fast'; known"),
-        ({"numerics": "strict"}, "m: numerics is 'strict': kbfuse check measures under"),
+        ({"numerics": "fast"}, "m: numerics is 'fast'; known: ['strict', 'kernelbench-defaults']"),
         ({"extra": 1}, "m: extra is not a mapping key"),
         ({"name_pattern": "x"}, "m: name_pattern is for format folder, not jsonl"),
     ],
@@ -241,6 +240,8 @@ def test_audit_settings_fill_defaults_and_name_bad_values():
         ({"name": "a/b"}, "audit.name is 'a/b': letters, digits"),
         ({"corpus": "a{x}"}, "audit.corpus is 'a{x}': no braces"),
         ({"in_manifest": "yes"}, "audit.in_manifest is 'yes': it must be true or false"),
+        ({"numerics": ["strict", "strict"]}, "audit.numerics is ['strict', 'strict']: a list"),
+        ({"numerics": "strict"}, "audit.numerics is 'strict': a list of distinct modes"),
     ):
         with pytest.raises(KbfuseError, match=rf"^{re.escape(message)}"):
             audit_settings(given)
@@ -250,7 +251,8 @@ def test_audit_settings_fill_defaults_and_name_bad_values():
 
 
 def test_names_come_from_content_and_files_are_written_once(tmp_path):
-    names = prepare(SETTINGS, tmp_path)
+    names, modes = prepare(SETTINGS, tmp_path)
+    assert modes == ["kernelbench-defaults"]
     assert list(names.values()) == [(2, 53)] * 3
     files = {n: tmp_path / "candidates" / f"{n}.py" for n in names}
     entry = read_records(TINY, load_mapping("cuda_l1")).entries[0]
@@ -262,7 +264,7 @@ def test_names_come_from_content_and_files_are_written_once(tmp_path):
     os.utime(index, ns=(1, 1))  # unchanged content: not written again, its time kept
     for f in files.values():
         os.utime(f, ns=(1, 1))
-    assert prepare(SETTINGS, tmp_path) == names
+    assert prepare(SETTINGS, tmp_path)[0] == names
     assert {f.stat().st_mtime_ns for f in files.values()} == {1} and index.stat().st_mtime_ns == 1
     record = read_index(index)
     assert [e["name"] for e in record["entries"]] == list(names)
@@ -274,12 +276,12 @@ def test_names_come_from_content_and_files_are_written_once(tmp_path):
 def test_a_changed_entry_gets_a_new_name_and_the_others_keep_theirs(tmp_path):
     corpus_path = _jsonl(tmp_path / "c.json", _records())
     settings = audit_settings({"corpus": str(corpus_path), "mapping": "cuda_l1"})
-    before = prepare(settings, tmp_path / "a")
+    before = prepare(settings, tmp_path / "a")[0]
     records = _records()
     records[1]["custom_code"] += "# changed\n"
     records[2]["score_default"] = 1.0  # a claim is not content: the name stays
     _jsonl(corpus_path, records)
-    after = prepare(settings, tmp_path / "a")
+    after = prepare(settings, tmp_path / "a")[0]
     assert list(after)[0] == list(before)[0] and list(after)[2] == list(before)[2]
     assert list(after)[1] != list(before)[1]
     assert read_index(tmp_path / "a" / "entries.json")["entries"][2]["claims"]["over_eager"] == 1.0
@@ -289,12 +291,12 @@ def test_duplicates_limit_and_corpus_references(tmp_path):
     records = _records()
     corpus_path = _jsonl(tmp_path / "c.json", [records[0], records[0], records[1], records[2]])
     settings = audit_settings({"corpus": str(corpus_path), "mapping": "cuda_l1", "limit": 2})
-    names = prepare(settings, tmp_path / "a")
+    names = prepare(settings, tmp_path / "a")[0]
     assert len(names) == 2
     index = read_index(tmp_path / "a" / "entries.json")
     assert index["entries"][0]["duplicates"] == ["c.json line 2"]
     own = audit_settings({**settings, "limit": None, "references": "corpus"})
-    names_own = prepare(own, tmp_path / "b")
+    names_own = prepare(own, tmp_path / "b")[0]
     assert set(names_own).isdisjoint(names)  # the reference is part of the content
     task = tmp_path / "b" / "tasks" / f"{next(iter(names_own))}.py"
     assert task.read_text() == records[0]["ref_code"]
@@ -302,9 +304,23 @@ def test_duplicates_limit_and_corpus_references(tmp_path):
     own = audit_settings(
         {"corpus": str(no_reference), "mapping": "cuda_l1", "references": "corpus"}
     )
-    assert prepare(own, tmp_path / "d") == {}
+    assert prepare(own, tmp_path / "d")[0] == {}
     why = read_index(tmp_path / "d" / "entries.json")["skipped"][0]["why"]
     assert why == "the corpus holds no reference for it (audit.references: corpus)"
+
+
+def test_the_claims_mode_is_measured_first_and_must_be_asked_for(tmp_path):
+    both = audit_settings({**SETTINGS, "numerics": ["strict", "kernelbench-defaults"]})
+    assert prepare(both, tmp_path / "a")[1] == ["kernelbench-defaults", "strict"]
+    index = read_index(tmp_path / "a" / "entries.json")
+    assert index["corpus"]["measured"] == ["kernelbench-defaults", "strict"]
+    strict_only = audit_settings({**SETTINGS, "numerics": ["strict"]})
+    with pytest.raises(KbfuseError, match=r"it must include 'kernelbench-defaults', the mode"):
+        prepare(strict_only, tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    mapping = load_mapping("cuda_l1")
+    strict_claims = parse_mapping({**CUDA_L1, "numerics": "strict"}, "m")
+    assert strict_claims.numerics == "strict" and mapping.numerics == "kernelbench-defaults"
 
 
 def test_a_candidate_naming_its_own_task_keeps_its_text():

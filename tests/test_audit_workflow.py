@@ -30,6 +30,7 @@ SMALL = {
     "timing": {"warmup": 1, "rounds": 3, "invocations_per_pair": 1},
 }
 ROOT = "results/audit/tiny"
+MODE = "kernelbench-defaults"  # the mode of the fixture's claims
 
 
 def _overlay(workdir: Path, kb_repo, **audit) -> Path:
@@ -64,12 +65,13 @@ def test_one_content_named_verdict_per_entry_with_code(audit_run):
     names = _names(workdir)
     assert len(names) == 3 and all(n.startswith("l2_t53_") for n in names)
     verdicts = {
-        n: json.loads((workdir / ROOT / "verdicts" / f"{n}.json").read_text()) for n in names
+        n: json.loads((workdir / ROOT / "verdicts" / MODE / f"{n}.json").read_text()) for n in names
     }
     assert sorted(v["verdict"] for v in verdicts.values()) == ["fail", "fail", "pass"]
     for name, record in verdicts.items():  # the pinned task file, read from the checkout
         assert record["task"]["file"].startswith("53_") and record["task"]["commit"]
-        assert (workdir / f"results/logs/audit/tiny/{name}.candidate.log").is_file()
+        assert (workdir / f"results/logs/audit/tiny/{MODE}/{name}.candidate.log").is_file()
+        assert record["settings"]["numerics"] == MODE
     text = (workdir / ROOT / "candidates" / f"{names[0]}.py").read_text()
     assert text.startswith("# kbfuse-task: 2/53\n")
 
@@ -118,8 +120,9 @@ def test_a_changed_entry_reruns_only_its_check_and_the_summary(audit_run):
     assert dry.stdout.count("rule audit_candidate:") == 1
     assert dry.stdout.count("rule audit_summary:") == 1
     assert len(_names(workdir)) == 4  # the changed entry's file beside the old one's
-    new = sorted(set(_names(workdir)) - {p.stem for p in (workdir / ROOT / "verdicts").glob("*")})
-    assert f"{ROOT}/verdicts/{new[0]}.json" in dry.stdout
+    checked = {p.stem for p in (workdir / ROOT / "verdicts" / MODE).glob("*")}
+    new = sorted(set(_names(workdir)) - checked)
+    assert f"{ROOT}/verdicts/{MODE}/{new[0]}.json" in dry.stdout
 
 
 def test_judging_against_the_corpus_references_names_entries_anew(tmp_path, kb_repo):
@@ -144,7 +147,8 @@ def test_judging_against_the_corpus_references_names_entries_anew(tmp_path, kb_r
         ({"mapping": "cuda_l2"}, "mapping 'cuda_l2' is neither a packaged mapping (cuda_l1)"),
         ({"corpus": "corpus/none.json"}, "corpus corpus/none.json does not exist"),
         ({"mapping": None}, "corpus corpus/tiny.json is a file: name the mapping"),
-        ({"mapping": "bad.yaml"}, "mapping bad.yaml: numerics is 'strict': kbfuse check measures"),
+        ({"mapping": "bad.yaml"}, "mapping bad.yaml: numerics is 'fast'; known"),
+        ({"numerics": ["strict"]}, "audit.numerics is ['strict']: it must include"),
     ],
 )
 def test_a_bad_audit_is_named_before_any_job(tmp_path, kb_repo, audit, message):
@@ -152,7 +156,7 @@ def test_a_bad_audit_is_named_before_any_job(tmp_path, kb_repo, audit, message):
     (workdir / "corpus").mkdir()
     shutil.copy(DATA / "cuda_l1_tiny.json", workdir / "corpus" / "tiny.json")
     mapping = yaml.safe_load((workdir / "src/kbfuse/audit/mappings/cuda_l1.yaml").read_text())
-    (workdir / "bad.yaml").write_text(yaml.safe_dump({**mapping, "numerics": "strict"}))
+    (workdir / "bad.yaml").write_text(yaml.safe_dump({**mapping, "numerics": "fast"}))
     overlay = _overlay(workdir, kb_repo, **audit)
     proc = snakemake(workdir, "-n", "audit", "--configfile", str(overlay), check=False)
     assert proc.returncode != 0
@@ -221,7 +225,7 @@ def test_cli_audit_at_the_pin_reads_the_checkout(tmp_path, capsys, kb_repo):
     table = pd.read_csv(out / "summary" / "table.csv")
     assert list(table["verdict"]) == ["pass", "not checked"]
     assert table.loc[0, "reference_vs_pinned"] == "differs"  # the CPU task file is not the pin's
-    record = json.loads(next((out / "verdicts").glob("*.json")).read_text())
+    record = json.loads(next((out / "verdicts" / MODE).glob("*.json")).read_text())
     assert record["task"]["file"].startswith("53_") and record["task"]["commit"]
 
 
@@ -234,3 +238,31 @@ def test_cli_audit_names_a_missing_task_file_and_writes_nothing(tmp_path, capsys
     assert main(args) == 1
     assert "kbfuse audit: task 2/53: 0 files match" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_strict_fp32_is_measured_beside_the_claims_mode_when_asked(tmp_path, kb_repo):
+    workdir = copy_workflow(tmp_path / "wf")
+    (workdir / "corpus").mkdir()
+    shutil.copy(DATA / "cuda_l1_tiny.json", workdir / "corpus" / "tiny.json")
+    overlay = _overlay(workdir, kb_repo, numerics=["kernelbench-defaults", "strict"])
+    dry = snakemake(workdir, "-n", "--cores", "1", "audit", "--configfile", str(overlay))
+    assert dry.stdout.count("rule audit_candidate:") == 6
+    outputs = [line for line in dry.stdout.splitlines() if line.strip().startswith("output:")]
+    assert sum(f"{ROOT}/verdicts/strict/" in line for line in outputs) == 3
+
+
+def test_cli_audit_in_two_modes(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"check": SMALL}))
+    contract = tmp_path / "contract.json"
+    write_json(contract, contract_record(None))
+    out = tmp_path / "audit"
+    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--limit", "1"]
+    args += ["--references", "corpus", "--contract", str(contract), "--config", str(config)]
+    args += ["--device", "cpu", "--out", str(out), "--kernelbench", str(tmp_path / "none")]
+    assert main([*args, "--numerics", "strict", "--numerics", "kernelbench-defaults"]) == 0
+    assert "(strict): pass" in capsys.readouterr().out
+    record = json.loads(next((out / "verdicts" / "strict").glob("*.json")).read_text())
+    assert record["settings"]["numerics"] == "strict"
+    table = pd.read_csv(out / "summary" / "table.csv")
+    assert table.loc[0, "numerics"] == MODE and table.loc[0, "strict_verdict"] == "pass"

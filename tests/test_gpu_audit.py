@@ -2,7 +2,8 @@
 CUDA-L1's format (one JSON record per line, read through the packaged `cuda_l1` mapping):
 `own_53` (kbfuse's fused tail through load_inline: passes bit for bit) and `side_stream_53`
 (computes on a stream of its own: fails `side_stream`, which only a GPU can show), each with
-made-up claims, its `ref_code` the pinned task file itself. KernelBench comes from
+made-up claims, its `ref_code` the pinned task file itself; measured in the claims' mode
+(PyTorch's defaults) and in strict FP32. KernelBench comes from
 $KBFUSE_CHECK_KERNELBENCH or .kb/KernelBench.git, as in tests/test_gpu_check.py.
 
 With $KBFUSE_AUDIT_CUDA_L1 naming CUDA-L1's own `optimized_cuda_code/h100.json` (not in this
@@ -41,6 +42,7 @@ CLAIMS = {  # CUDA-L1's keys, values of the test's choosing
     "side_stream_53": {"score_default": 30.0, "score_torch_compile_default": 20.0},
 }
 AUDIT_TIMEOUT_S = 1500
+MODES = ["kernelbench-defaults", "strict"]  # the claims' mode (CUDA-L1's), and strict FP32
 
 
 def _mirror() -> str:
@@ -86,7 +88,8 @@ def audited(tmp_path_factory) -> Path:
     workdir = copy_workflow(tmp_path_factory.mktemp("gpu-audit") / "wf")
     corpus = workdir / "corpus.json"
     corpus.write_text("".join(json.dumps(_record(s, reference)) + "\n" for s in CLAIMS))
-    _audit(workdir, mirror, {"corpus": str(corpus), "mapping": "cuda_l1", "name": "two"})
+    block = {"corpus": str(corpus), "mapping": "cuda_l1", "name": "two", "numerics": MODES}
+    _audit(workdir, mirror, block)
     return workdir / "results" / "audit" / "two"
 
 
@@ -105,9 +108,14 @@ def test_each_candidate_has_its_verdict_and_outcome(audited):
     assert side["outcome"] == "fails: side stream"
     assert set(table["reference_vs_pinned"]) == {"same"}  # ref_code is the pinned file
     for name in table["entry"]:
-        record = json.loads((audited / "verdicts" / f"{name}.json").read_text())
-        assert record["sandbox"]["used"] == "bwrap" and record["task"]["commit"] == PIN
-        assert record["environment"]["device"] == "cuda"
+        for mode in MODES:
+            record = json.loads((audited / "verdicts" / mode / f"{name}.json").read_text())
+            assert record["sandbox"]["used"] == "bwrap" and record["task"]["commit"] == PIN
+            assert record["environment"]["device"] == "cuda"
+            assert record["settings"]["numerics"] == mode
+    # strict FP32 on both sides: the fused tail is still right, the side stream still seen
+    assert own["strict_verdict"] == "pass"
+    assert side["strict_outcome"] == "fails: side stream"
 
 
 def test_measured_figures_stand_beside_the_claims(audited):

@@ -189,6 +189,12 @@ OVERRIDES = [
     ("audit.name", "audit={name: h100}", ("audit", "name"), "h100"),
     ("audit.references", "audit={references: corpus}", ("audit", "references"), "corpus"),
     ("audit.limit", "audit={limit: 5}", ("audit", "limit"), 5),
+    (
+        "audit.numerics",
+        "audit={numerics: [kernelbench-defaults, strict]}",
+        ("audit", "numerics"),
+        ["kernelbench-defaults", "strict"],
+    ),
     ("audit.in_manifest", "audit={in_manifest: true}", ("audit", "in_manifest"), True),
     ("survey.level", "survey={level: 3}", ("survey", "level"), 3),
     ("survey.tasks", "survey={tasks: [1, 53, 81]}", ("survey", "tasks"), [1, 53, 81]),

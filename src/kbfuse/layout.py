@@ -91,12 +91,12 @@ FILES: dict[str, str] = {
 
 # The files of one audit, under its folder (FILES["audit_root"], or `kbfuse audit --out`):
 # the content-named candidate files (and task files, judged against the corpus's own
-# references), the entries index, one verdict per entry, the summary.
+# references), the entries index, one verdict per entry and numerics mode, the summary.
 AUDIT_FILES: dict[str, str] = {
     "candidate": "candidates/{entry}.py",
     "task": "tasks/{entry}.py",
     "index": "entries.json",
-    "verdict": "verdicts/{entry}.json",
+    "verdict": "verdicts/{numerics}/{entry}.json",
     "summary": "summary/{name}",
 }
 

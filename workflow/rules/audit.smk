@@ -1,6 +1,7 @@
-# kbfuse audit of a published corpus (docs/audit.md): one job per entry, checked with the
-# check's script and settings (the check: block; workflow/rules/check.smk), and the summary that
-# puts each entry's claims beside what was measured. audit_common.smk reads the corpus.
+# kbfuse audit of a published corpus (docs/audit.md): one job per entry and numerics mode,
+# checked with the check's script and settings (the check: block; workflow/rules/check.smk),
+# and the summary that puts each entry's claims beside what was measured. audit_common.smk
+# reads the corpus.
 
 
 wildcard_constraints:
@@ -19,14 +20,17 @@ rule audit_candidate:
     output:
         verdict=audit_file("verdict"),
     log:
-        layout.log(f"audit/{AUDIT['name']}/{{entry}}"),
+        layout.log(f"audit/{AUDIT['name']}/{{numerics}}/{{entry}}"),
+    wildcard_constraints:
+        numerics="|".join(map(re.escape, AUDIT_MODES)) or "no-modes",
     conda:
         ENV
     # as check_candidate: builds and references beside other jobs, timing with the GPU alone
     resources:
         gpu_jobs=1,
+    # the check: block's settings, measured in the job's numerics mode
     params:
-        settings=CHECK,
+        settings=lambda wildcards: {**CHECK, "numerics": wildcards.numerics},
         task=lambda wildcards: list(AUDIT_ENTRIES[wildcards.entry]),
     script:
         "../scripts/check_candidate.py"

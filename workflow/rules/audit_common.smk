@@ -11,7 +11,9 @@ from kbfuse.audit.summary import OUTPUTS as AUDIT_OUTPUTS
 try:
     AUDIT = audit_settings(config.get("audit"))
     AUDIT_ROOT = layout.file("audit_root", audit=AUDIT["name"] or "none")
-    AUDIT_ENTRIES = prepare(AUDIT, AUDIT_ROOT) if AUDIT["corpus"] else {}
+    AUDIT_ENTRIES, AUDIT_MODES = (
+        prepare(AUDIT, AUDIT_ROOT) if AUDIT["corpus"] else ({}, [])
+    )
 except KbfuseError as exc:
     sys.exit(str(exc))
 
@@ -20,7 +22,12 @@ def audit_file(kind, /, **wildcards):
     return layout.audit_file(kind, AUDIT_ROOT, **wildcards)
 
 
-AUDIT_VERDICTS = [audit_file("verdict", entry=name) for name in AUDIT_ENTRIES]
+# one verdict per entry and numerics mode measured (the claims' first)
+AUDIT_VERDICTS = [
+    audit_file("verdict", numerics=mode, entry=name)
+    for mode in AUDIT_MODES
+    for name in AUDIT_ENTRIES
+]
 AUDIT_SUMMARY = [audit_file("summary", name=name) for name in AUDIT_OUTPUTS]
 # the index holds the claims and the corpus's digests; the candidates' code stays out
 AUDIT_IN_MANIFEST = (

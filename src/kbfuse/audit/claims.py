@@ -15,6 +15,11 @@ checked: no code, another level), `no claim`. Each entry
 gets one outcome (`outcome`), the first that applies: the failure kinds in FAIL_KINDS order,
 then for a pass `passes only where a trivial output passes` (the `blind_spot` finding), then
 how it compares with the best compiled baseline (quartiles above 1, below 1, or spanning it).
+
+The claims stand beside the measurement in the mode they were made in (the index's
+`corpus.numerics`). Each other mode measured (`corpus.measured`, e.g. strict FP32) adds its
+verdict, outcome, failed checks, measured speedups and claim statuses, in columns prefixed by
+the mode (`strict_...`, MODE_PREFIX), so a gap the mode explains shows beside the claim.
 """
 
 from __future__ import annotations
@@ -130,62 +135,95 @@ def _columns(prefix: str, ratio: Ratio) -> dict:
     return {prefix: ratio[0], f"{prefix}_q1": ratio[1], f"{prefix}_q3": ratio[2]}
 
 
-def entry_row(entry: dict, claims: list[dict], verdict: dict | None, pinned: dict | None) -> dict:
-    """One row: the entry, its verdict, failed checks and findings, measured speedups over
-    eager and the best compiled baseline, and every claim beside what it is compared with."""
+def mode_prefix(mode: str) -> str:
+    """The column prefix of a mode measured besides the claims' ("strict" -> "strict_")."""
+    return mode.replace("-", "_") + "_"
+
+
+def measured_columns(entry: dict, claims: list[dict], verdict: dict | None, prefix: str = ""):
+    """The columns of one measurement of an entry: verdict, outcome, failed checks, findings,
+    speedups over eager and the best compiled baseline, each compared claim's figure and
+    status; every name after `prefix`."""
     method = None if verdict is None else method_of(verdict)
     eager = NO_RATIO if verdict is None else measured(verdict, "eager", method)
     best = NO_RATIO if verdict is None else measured(verdict, "best_compiled", method)
     speedup = (verdict or {}).get("speedup") or {}
-    row = {
-        "entry": entry["name"],
-        "source": entry["source"],
-        "task": f"{entry['level']}/{entry['task']}",
+    columns = {
         "verdict": NO_VERDICT if verdict is None else verdict["verdict"],
         "outcome": outcome(verdict, best),
         "failed_checks": "" if verdict is None else " ".join(verdict["failed_checks"]),
         "findings": "" if verdict is None else " ".join(verdict["findings"]),
-        "reference_vs_pinned": reference_status(entry["reference"], pinned),
         "method": method,
         **_columns("measured_over_eager", eager),
         "best_compiled": (speedup.get(method) or {}).get("best_compiled"),
         **_columns("measured_over_best_compiled", best),
     }
     for claim in claims:
-        name, value = claim["name"], entry["claims"].get(claim["name"])
-        row[f"claim_{name}"] = value
         if claim["against"] is None:
             continue
+        name = claim["name"]
         ratio = NO_RATIO if verdict is None else measured(verdict, claim["against"], method)
-        row[f"against_{name}"] = claim["against"]
-        row.update(_columns(f"measured_{name}", ratio))
-        row[f"status_{name}"] = claim_status(value, verdict, ratio)
+        columns.update(_columns(f"measured_{name}", ratio))
+        columns[f"status_{name}"] = claim_status(entry["claims"].get(name), verdict, ratio)
+    return {f"{prefix}{key}": value for key, value in columns.items()}
+
+
+def entry_row(
+    entry: dict, claims: list[dict], verdicts: dict[str, dict | None], pinned: dict | None
+) -> dict:
+    """One row: the entry, its measurement in the claims' mode (the first of `verdicts`, its
+    verdicts by mode) beside every claim, then the other modes' measurements."""
+    (mode, verdict), *others = verdicts.items()
+    row = {
+        "entry": entry["name"],
+        "source": entry["source"],
+        "task": f"{entry['level']}/{entry['task']}",
+        "reference_vs_pinned": reference_status(entry["reference"], pinned),
+        "numerics": mode,
+    }
+    mine = measured_columns(entry, claims, verdict)
+    row.update({k: mine[k] for k in list(mine)[:5]})  # verdict ... method first
+    for claim in claims:
+        row[f"claim_{claim['name']}"] = entry["claims"].get(claim["name"])
+        if claim["against"] is not None:
+            row[f"against_{claim['name']}"] = claim["against"]
+    row.update(mine)
+    for other, record in others:
+        row.update(measured_columns(entry, claims, record, mode_prefix(other)))
     return row
 
 
-def skipped_row(skipped: dict, claims: list[dict]) -> dict:
+def skipped_row(skipped: dict, claims: list[dict], modes: list[str]) -> dict:
     row = {
         "entry": "",
         "source": skipped["source"],
         "task": f"{skipped['level']}/{skipped['task']}",
-        "verdict": NOT_CHECKED,
-        "outcome": f"{NOT_CHECKED}: {skipped['why']}",
     }
-    for claim in claims:
-        if claim["against"] is not None:
-            row[f"status_{claim['name']}"] = NOT_CHECKED
+    for prefix in ["", *map(mode_prefix, modes[1:])]:
+        row[f"{prefix}verdict"] = NOT_CHECKED
+        row[f"{prefix}outcome"] = f"{NOT_CHECKED}: {skipped['why']}"
+        for claim in claims:
+            if claim["against"] is not None:
+                row[f"{prefix}status_{claim['name']}"] = NOT_CHECKED
     return row
 
 
-def table(index: dict, verdicts: dict[str, dict], pinned: dict[tuple, dict | None]) -> pd.DataFrame:
-    """Every entry of the index (checked ones first, in corpus order, then the skipped),
-    `verdicts` by entry name, `pinned` digests by (level, task)."""
-    claims = index["claims"]
+def table(
+    index: dict, verdicts: dict[str, dict[str, dict]], pinned: dict[tuple, dict | None]
+) -> pd.DataFrame:
+    """Every entry of the index (checked ones first, in corpus order, then the skipped);
+    `verdicts` {mode: {entry name: verdict}}, `pinned` digests by (level, task)."""
+    claims, modes = index["claims"], index["corpus"]["measured"]
     rows = [
-        entry_row(e, claims, verdicts.get(e["name"]), pinned.get((e["level"], e["task"])))
+        entry_row(
+            e,
+            claims,
+            {mode: verdicts.get(mode, {}).get(e["name"]) for mode in modes},
+            pinned.get((e["level"], e["task"])),
+        )
         for e in index["entries"]
     ]
-    rows += [skipped_row(s, claims) for s in index["skipped"]]
+    rows += [skipped_row(s, claims, modes) for s in index["skipped"]]
     return pd.DataFrame(rows)
 
 
@@ -197,21 +235,33 @@ def _counts(group: str, values) -> list[dict]:
     ]
 
 
-def tallies(frame: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
-    """Counts by kind: each entry's outcome; every failed check and finding; each compared
-    claim's status; how the references compare with the pinned task files."""
+def _mode_tallies(frame: pd.DataFrame, claims: list[dict], mode: str | None) -> list[dict]:
+    """The tallies of one mode's columns: the claims' (None) or another mode's."""
+    prefix, said = ("", "") if mode is None else (mode_prefix(mode), f", {mode}")
+    checked = frame[~frame[f"{prefix}verdict"].isin([NOT_CHECKED, NO_VERDICT])]
+    outcomes = [NOT_CHECKED if o.startswith(NOT_CHECKED) else o for o in frame[f"{prefix}outcome"]]
+    in_mode = "" if mode is None else f" ({mode})"
+    rows = _counts(f"outcome{in_mode}", outcomes)
+    for column, group in (("failed_checks", "failed check"), ("findings", "finding")):
+        words = [w for cell in checked.get(f"{prefix}{column}", []) for w in str(cell).split()]
+        rows += _counts(f"{group}{in_mode}", words)
+    for claim in claims:
+        column = f"{prefix}status_{claim['name']}"
+        if column in frame:
+            group = f"claim {claim['name']} (against {claim['against']}{said})"
+            rows += _counts(group, frame[column])
+    return rows
+
+
+def tallies(frame: pd.DataFrame, claims: list[dict], modes: list[str]) -> pd.DataFrame:
+    """Counts by kind, in each measured mode (the claims' first, `modes`): each entry's
+    outcome; every failed check and finding; each compared claim's status; then how the
+    references compare with the pinned task files."""
     if frame.empty:
         return pd.DataFrame(columns=["group", "kind", "count"])
+    rows = _mode_tallies(frame, claims, None)
+    for mode in modes[1:]:
+        rows += _mode_tallies(frame, claims, mode)
     checked = frame[~frame["verdict"].isin([NOT_CHECKED, NO_VERDICT])]
-    outcomes = [NOT_CHECKED if o.startswith(NOT_CHECKED) else o for o in frame["outcome"]]
-    rows = _counts("outcome", outcomes)
-    for column, group in (("failed_checks", "failed check"), ("findings", "finding")):
-        words = [w for cell in checked.get(column, []) for w in str(cell).split()]
-        rows += _counts(group, words)
-    for claim in claims:
-        column = f"status_{claim['name']}"
-        if column in frame:
-            rows += _counts(f"claim {claim['name']} (against {claim['against']})", frame[column])
-    if "reference_vs_pinned" in checked:
-        rows += _counts("reference vs pinned", checked["reference_vs_pinned"])
+    rows += _counts("reference vs pinned", checked.get("reference_vs_pinned", []))
     return pd.DataFrame(rows, columns=["group", "kind", "count"])

@@ -26,9 +26,10 @@ regular expression with the groups `level` and `task`, matched against the whole
 
 A claim is a speedup: the baseline's time over the candidate's (> 1: the candidate is faster).
 `against` names the measured figure it stands beside: `eager`, `best_compiled` (the faster of
-the compiled baselines the check timed), or one compiled baseline (`inductor`,
-`torchscript`). Only `kernelbench-defaults` (PyTorch's defaults) can be measured: `kbfuse
-check` sets no numerics mode of its own, so a mapping naming another mode is refused.
+the compiled baselines the check timed), or one compiled baseline (`inductor`, `torchscript`).
+`numerics` is the mode the claims were made in (kbfuse.candidates.spec.NUMERICS:
+`kernelbench-defaults`, PyTorch's defaults, unless the corpus says otherwise); the audit
+measures in it, and in the other modes `audit.numerics` names.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 import yaml
 
 from kbfuse import untrusted
+from kbfuse.candidates.spec import NUMERICS
 from kbfuse.errors import KbfuseError
 
 FORMATS = ("json", "jsonl", "folder")
@@ -49,8 +51,6 @@ FIELDS = ("level", "task", "candidate", "reference")
 REQUIRED_FIELDS = ("level", "task", "candidate")
 FILTERABLE = ("level", "task")
 AGAINST = ("eager", "best_compiled", "inductor", "torchscript")
-NUMERICS_MEASURED = ("kernelbench-defaults",)
-NUMERICS_KNOWN = ("kernelbench-defaults", "strict")
 KEYS = ("name", "format", "fields", "claims", "numerics", "filters", "name_pattern")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 CLAIM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -180,14 +180,8 @@ def parse_mapping(data: Any, where: str) -> Mapping:
     if form not in FORMATS:
         raise KbfuseError(f"{where}: format is {form!r}; known: {list(FORMATS)}")
     numerics = data.get("numerics", "kernelbench-defaults")
-    if numerics not in NUMERICS_KNOWN:
-        raise KbfuseError(f"{where}: numerics is {numerics!r}; known: {list(NUMERICS_KNOWN)}")
-    if numerics not in NUMERICS_MEASURED:
-        raise KbfuseError(
-            f"{where}: numerics is {numerics!r}: kbfuse check measures under PyTorch's defaults "
-            "only (kernelbench-defaults); claims made in another mode cannot be measured in it "
-            "yet"
-        )
+    if numerics not in NUMERICS:
+        raise KbfuseError(f"{where}: numerics is {numerics!r}; known: {list(NUMERICS)}")
     if form == "folder":
         extra = sorted(set(data) & {"fields", "claims"})
         if extra:

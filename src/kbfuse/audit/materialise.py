@@ -11,8 +11,9 @@ are checked once; the index lists the others as its duplicates.
 
 The index (`<root>/entries.json`, schema src/kbfuse/schemas/audit_entries.json) holds what the
 summary needs besides the verdicts: the corpus, the mapping, the numerics mode the claims were
-made in, per entry its source, task, claims and the sha256 of its reference (exact and
-whitespace-insensitive), and the entries that are not checked, with the reason.
+made in and the modes measured, per entry its source, task, claims and the sha256 of its
+reference (exact and whitespace-insensitive), and the entries that are not checked, with the
+reason.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from kbfuse import io, layout, untrusted
 from kbfuse.audit.corpus import Corpus, Entry, Skipped
 from kbfuse.audit.mapping import Mapping
+from kbfuse.audit.settings import measured_modes
 from kbfuse.candidates.spec import TASK_LINE, TASK_LINE_SEARCH
 from kbfuse.errors import KbfuseError
 
@@ -105,6 +107,12 @@ def _reference(entry: Entry) -> dict | None:
     }
 
 
+def claims_mode(mapping: Mapping | None) -> str:
+    """The numerics mode a corpus's claims were made in: its mapping's, else PyTorch's
+    defaults (a folder has no claims)."""
+    return "kernelbench-defaults" if mapping is None else mapping.numerics
+
+
 def index_record(
     corpus: Corpus, mapping: Mapping | None, settings: dict, chosen, duplicates, skipped
 ) -> dict:
@@ -117,7 +125,8 @@ def index_record(
             "path": str(path),
             "sha256": io.sha256_file(path) if path.is_file() else None,
             "mapping": None if mapping is None else mapping.name,
-            "numerics": "kernelbench-defaults" if mapping is None else mapping.numerics,
+            "numerics": claims_mode(mapping),
+            "measured": measured_modes(settings, claims_mode(mapping)),
             "references": settings["references"],
             "filtered_out": corpus.filtered_out,
             "limit": settings["limit"],
@@ -147,6 +156,7 @@ def materialise(corpus: Corpus, mapping: Mapping | None, settings: dict, root: s
     """Write every chosen entry's candidate file (and task file, when judged against the
     corpus's reference) and the index under the audit's folder `root` (kbfuse.layout.
     AUDIT_FILES), each only when changed; {name: (level, task)} in corpus order."""
+    measured_modes(settings, claims_mode(mapping))  # refused before anything is written
     chosen, duplicates, skipped = select(corpus, settings["references"], settings["limit"])
     for name, candidate in chosen.items():
         write_if_changed(Path(layout.audit_file("candidate", root, entry=name)), candidate.text)
@@ -183,14 +193,15 @@ def read_index(path: str | Path) -> dict:
     return record
 
 
-def prepare(settings: dict, root: str | Path) -> dict:
+def prepare(settings: dict, root: str | Path) -> tuple[dict, list[str]]:
     """The audit of checked `settings` (kbfuse.audit.settings) made ready to check: its mapping
-    loaded, its corpus read, its entries materialised under `root`; {name: (level, task)}.
-    Every problem of the mapping or the corpus is a KbfuseError, raised before anything is
-    written."""
+    loaded, its corpus read, its entries materialised under `root`; ({name: (level, task)},
+    the numerics modes it is measured in, the claims' first). Every problem of the mapping or
+    the corpus is a KbfuseError, raised before anything is written."""
     from kbfuse.audit.corpus import read_corpus
     from kbfuse.audit.mapping import load_mapping
 
     mapping = None if settings["mapping"] is None else load_mapping(settings["mapping"])
     corpus = read_corpus(settings["corpus"], mapping)
-    return materialise(corpus, mapping, settings, root)
+    entries = materialise(corpus, mapping, settings, root)
+    return entries, measured_modes(settings, claims_mode(mapping))

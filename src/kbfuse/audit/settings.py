@@ -2,7 +2,8 @@
 in DEFAULTS, each value checked here and named by key before the corpus is read.
 
 The checks themselves take the `check:` block's settings (limits, trials, timing;
-kbfuse.candidates.spec); this block says what is audited and where it goes.
+kbfuse.candidates.spec), but for the numerics mode: this block says what is audited, where it
+goes, and in which modes it is measured (the claims' mode always).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kbfuse.candidates.spec import NUMERICS
 from kbfuse.errors import KbfuseError
 
 REFERENCES = ("pinned", "corpus")
@@ -24,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "name": None,  # None: made from the corpus's file name
     "references": "pinned",
     "limit": None,
+    "numerics": None,  # None: the mode the claims were made in only
     "in_manifest": False,
 }
 
@@ -61,9 +64,33 @@ def audit_settings(given: Mapping[str, Any] | None) -> dict:
         isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT
     ):
         raise KbfuseError(f"audit.limit is {limit!r}: an integer from 1 to {MAX_LIMIT}, or null")
+    modes = s["numerics"]
+    if modes is not None and (
+        not isinstance(modes, list)
+        or not modes
+        or len(set(map(str, modes))) != len(modes)
+        or any(mode not in NUMERICS for mode in modes)
+    ):
+        raise KbfuseError(
+            f"audit.numerics is {modes!r}: a list of distinct modes of {list(NUMERICS)}, or null"
+        )
     if not isinstance(s["in_manifest"], bool):
         raise KbfuseError(f"audit.in_manifest is {s['in_manifest']!r}: it must be true or false")
     return s
+
+
+def measured_modes(settings: dict, claims_mode: str) -> list[str]:
+    """The numerics modes the audit measures in: the claims' mode first, then the others
+    `audit.numerics` names; KbfuseError when a list is given without the claims' mode."""
+    modes = settings["numerics"]
+    if modes is None:
+        return [claims_mode]
+    if claims_mode not in modes:
+        raise KbfuseError(
+            f"audit.numerics is {modes!r}: it must include {claims_mode!r}, the mode the "
+            "corpus's claims were made in (its mapping's numerics)"
+        )
+    return [claims_mode, *(mode for mode in modes if mode != claims_mode)]
 
 
 def audit_targets(settings: dict, files: list[str]) -> list[str]:

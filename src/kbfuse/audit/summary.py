@@ -1,13 +1,13 @@
 """The summary of an audit: the claims-vs-measured table, the tallies and the plot.
 
-`write_audit_summary` reads the entries index (kbfuse.audit.materialise) and the verdicts of
-its entries (one `results/audit/<name>/verdicts/<entry>.json` each, validated against
-check_candidate.json), compares each entry's reference with the pinned task file where a
-checkout is given (kbfuse.audit.references), and writes OUTPUTS: table.csv (every column),
-table.md (the corpus, the numerics mode of the claims and of the measurement, and the main
-columns), tallies.csv and tallies.md (kbfuse.audit.claims.tallies), claims.png
-(kbfuse.audit.plot). Words are neutral: what was measured, what does not reproduce, which
-check fails.
+`write_audit_summary` reads the entries index (kbfuse.audit.materialise) and the verdicts of its
+entries (one `results/audit/<name>/verdicts/<numerics>/<entry>.json` per entry and mode
+measured, validated against check_candidate.json), compares each entry's reference with the
+pinned task file where a checkout is given (kbfuse.audit.references), and writes OUTPUTS:
+table.csv (every column), table.md (the corpus, the numerics mode of the claims and of the
+measurement, and the main columns), tallies.csv and tallies.md (kbfuse.audit.claims.tallies),
+claims.png (kbfuse.audit.plot). Words are neutral: what was measured, what does not reproduce,
+which check fails.
 """
 
 from __future__ import annotations
@@ -27,17 +27,19 @@ from kbfuse.io import write_text
 
 OUTPUTS = ("table.csv", "table.md", "tallies.csv", "tallies.md", "claims.png")
 VERDICT_BYTES = 64 << 20
-# what kbfuse check measures in: it sets no numerics mode, so PyTorch's defaults
+# the mode of a verdict whose settings name none: PyTorch's defaults as the check found them
 MEASURED_NUMERICS = "kernelbench-defaults"
 
 
-def read_verdicts(paths: Iterable[str | Path]) -> dict[str, dict]:
-    """{entry name (the file's stem): verdict}, each checked against its schema."""
-    verdicts = {}
+def read_verdicts(paths: Iterable[str | Path]) -> dict[str, dict[str, dict]]:
+    """{numerics mode: {entry name (the file's stem): verdict}}, each verdict checked against
+    its schema, its mode the one its settings record (none named: PyTorch's defaults)."""
+    verdicts: dict[str, dict[str, dict]] = {}
     for path in map(Path, paths):
         record = untrusted.read_json(path, VERDICT_BYTES, follow=True)
         validate(record, str(path))
-        verdicts[path.stem] = record
+        mode = record["settings"].get("numerics") or MEASURED_NUMERICS
+        verdicts.setdefault(mode, {})[path.stem] = record
     return verdicts
 
 
@@ -57,8 +59,9 @@ def _text(row: pd.Series, column: str) -> str:
     return value if isinstance(value, str) else ""  # a skipped entry's cells are NaN
 
 
-def markdown_rows(frame: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
-    """The main columns, each measured figure as `median [q1, q3]`."""
+def markdown_rows(frame: pd.DataFrame, claims: list[dict], modes: list[str]) -> pd.DataFrame:
+    """The main columns, each measured figure as `median [q1, q3]`; for each mode measured
+    besides the claims', its verdict and speedup over the best compiled baseline."""
     rows = []
     for _, row in frame.iterrows():
         cells = {
@@ -77,6 +80,12 @@ def markdown_rows(frame: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
             if claim["against"] not in ("eager", "best_compiled"):  # else a column already
                 cells[f"measured over {claim['against']}"] = _figure(row, f"measured_{name}")
             cells[name] = row.get(f"status_{name}", "")
+        for mode in modes[1:]:
+            prefix = claims_of.mode_prefix(mode)
+            cells[f"verdict ({mode})"] = _text(row, f"{prefix}verdict")
+            cells[f"over best compiled ({mode})"] = _figure(
+                row, f"{prefix}measured_over_best_compiled"
+            )
         rows.append(cells)
     return pd.DataFrame(rows)
 
@@ -97,9 +106,9 @@ def header(index: dict, frame: pd.DataFrame) -> str:
             f"{len(index['entries'])} candidates ({judged} with a verdict), "
             f"{len(index['skipped'])} not checked, "
             f"{corpus['filtered_out']} left out by the mapping's filters",
-            f"- claims made in numerics mode `{corpus['numerics']}`; measured in "
-            f"`{MEASURED_NUMERICS}` (PyTorch's defaults), timing method "
-            f"{', '.join(methods) or 'none'}",
+            f"- claims made in numerics mode `{corpus['numerics']}` and compared with the "
+            f"measurement in it; measured in {', '.join(f'`{m}`' for m in corpus['measured'])}; "
+            f"timing method {', '.join(methods) or 'none'}",
             f"- judged against the {corpus['references']} task files; `reference` says how the "
             "corpus's reference compares with the pinned one",
             "- speedups: baseline time over the candidate's (> 1: faster), median [quartiles] "
@@ -124,10 +133,11 @@ def write_audit_summary(
     tasks = {(e["level"], e["task"]) for e in index["entries"]}
     pinned = {key: pinned_digests(checkout, *key) for key in sorted(tasks)}
     frame = claims_of.table(index, verdicts, pinned)
-    counts = claims_of.tallies(frame, index["claims"])
+    modes = index["corpus"]["measured"]
+    counts = claims_of.tallies(frame, index["claims"], modes)
     written = [out / name for name in OUTPUTS]
     write_text(written[0], frame.to_csv(index=False))
-    main = markdown_rows(frame, index["claims"])
+    main = markdown_rows(frame, index["claims"], modes)
     text = main.to_markdown(index=False, missingval="") if len(main) else "(no entries)"
     write_text(written[1], header(index, frame) + text + "\n")
     write_text(written[2], counts.to_csv(index=False))

@@ -48,6 +48,8 @@ include: "workflow/rules/timing.smk"
 include: "workflow/rules/controls.smk"
 include: "workflow/rules/protocol.smk"
 include: "workflow/rules/check.smk"
+include: "workflow/rules/audit_common.smk"
+include: "workflow/rules/audit.smk"
 include: "workflow/rules/summary.smk"
 
 
@@ -78,6 +80,7 @@ localrules:
     direction_witness,
     margin_audit,
     check_summary,
+    audit_summary,
     summary,
     manifest,
     bundle,

@@ -47,6 +47,7 @@ WORKFLOW_FILES = ("Snakefile", "workflow", "config", "kernels", "src", "profiles
 # seconds each); with every test that copies the workflow they are marked `slow`, so that
 # `pytest -m "not gpu and not slow"` is a quick loop while editing. CI runs them all.
 SLOW_MODULES = {
+    "test_audit_workflow",
     "test_bad_inputs",
     "test_check_candidates",
     "test_check_escapes",

@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = (ROOT / "docs/contracts.md").read_text()
 PACKAGE = ROOT / "src/kbfuse"
 # The subpackages of the studies beside the fused-tail study: their modules are named with the
-# subpackage (`survey.summary`, `candidates.timing`), as several share a stem with the core's.
-STUDY_PACKAGES = ("survey", "candidates")
+# subpackage (`survey.summary`, `candidates.timing`, `audit.cli`), as several share a stem with
+# the core's.
+STUDY_PACKAGES = ("survey", "candidates", "audit")
 
 
 def _doc_name(path: Path) -> str:

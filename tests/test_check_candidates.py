@@ -231,3 +231,34 @@ def test_a_failing_reference_is_a_harness_error_and_writes_nothing(tmp_path):
     with pytest.raises(KbfuseError, match=r"the reference process for .*task\.py failed"):
         check_candidate(FIXTURE / "good.py", 2, 53, broken, out, CONTRACT, SETTINGS, device="cpu")
     assert not out.exists()
+
+
+TF32_PROBE = """# kbfuse-task: 2/53
+# Right only where cuDNN's TF32 switch is off: it shows the numerics mode it runs in.
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scaling_factor, hardtanh_min, hardtanh_max):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scaling_factor = scaling_factor
+        self.hardtanh = nn.Hardtanh(min_val=hardtanh_min, max_val=hardtanh_max)
+        self.gelu = nn.GELU()
+
+    def forward(self, x):
+        y = self.gelu(self.hardtanh(self.gemm(x) * self.scaling_factor))
+        return y + 1 if torch.backends.cudnn.allow_tf32 else y
+"""
+
+
+@pytest.mark.parametrize(("numerics", "expected"), [("strict", "pass"), (None, "fail")])
+def test_the_children_run_in_the_numerics_mode_the_settings_name(tmp_path, numerics, expected):
+    candidate = tmp_path / "tf32_probe.py"
+    candidate.write_text(TF32_PROBE)
+    settings = {**SETTINGS, "numerics": numerics}
+    record = check_candidate(
+        candidate, 2, 53, TASK53, tmp_path / "v.json", CONTRACT, settings, device="cpu"
+    )
+    assert record["verdict"] == expected and record["settings"]["numerics"] == numerics

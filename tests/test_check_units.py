@@ -61,9 +61,11 @@ def test_settings_know_the_studys_distributions_without_importing_torch():
     import subprocess
     import sys
 
+    from kbfuse.survey.settings import NUMERICS
     from kbfuse.tasks.inputs import DISTRIBUTIONS
 
     assert spec.DISTRIBUTIONS == DISTRIBUTIONS
+    assert set(spec.NUMERICS) == set(NUMERICS)
     probe = "import sys, kbfuse.candidates.spec; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
@@ -97,6 +99,7 @@ def test_settings_defaults_and_merge():
         ({"in_manifest": 1}, r"check\.in_manifest is 1: it must be true or false"),
         ({"witness_cache": 3}, r"check\.witness_cache is 3: a folder or null"),
         ({"folder": ""}, r"check\.folder is '': it must be a folder path"),
+        ({"numerics": "tf32"}, r"check\.numerics is 'tf32'; known: strict, kernelbench-defaults"),
         ([1], r"check is \[1\]: it must be a mapping"),
     ],
 )

@@ -156,7 +156,7 @@ def test_network_and_aggregation_steps_are_local_rules(slurm_dry_run):
     )
     assert proc.returncode == 0, proc.stderr
     assert set(proc.stdout.split()) == (
-        LOCAL_RULES | SURVEY_LOCAL_RULES | FUSED2_LOCAL_RULES | {"check_summary"}
+        LOCAL_RULES | SURVEY_LOCAL_RULES | FUSED2_LOCAL_RULES | {"check_summary", "audit_summary"}
     )
 
 

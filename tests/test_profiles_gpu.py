@@ -24,6 +24,7 @@ def _rules_declaring(resource: str) -> set[str]:
 def test_every_gpu_sharing_rule_gets_a_gpu_on_slurm():
     sharing = _rules_declaring("gpu_jobs")
     assert sharing == {
+        "audit_candidate",
         "check_candidate",
         "correctness_baselines",
         "correctness_variants",

@@ -182,7 +182,20 @@ OVERRIDES = [
         ["normal"],
     ),
     ("check.baselines", "check={baselines: [eager]}", ("check", "baselines"), ["eager"]),
+    ("check.numerics", "check={numerics: strict}", ("check", "numerics"), "strict"),
     ("check.timing", "check={timing: {rounds: 4}}", ("check", "timing", "rounds"), 4),
+    ("audit.corpus", "audit={corpus: null}", ("audit", "corpus"), None),
+    ("audit.mapping", "audit={mapping: cuda_l1}", ("audit", "mapping"), "cuda_l1"),
+    ("audit.name", "audit={name: h100}", ("audit", "name"), "h100"),
+    ("audit.references", "audit={references: corpus}", ("audit", "references"), "corpus"),
+    ("audit.limit", "audit={limit: 5}", ("audit", "limit"), 5),
+    (
+        "audit.numerics",
+        "audit={numerics: [kernelbench-defaults, strict]}",
+        ("audit", "numerics"),
+        ["kernelbench-defaults", "strict"],
+    ),
+    ("audit.in_manifest", "audit={in_manifest: true}", ("audit", "in_manifest"), True),
     ("survey.level", "survey={level: 3}", ("survey", "level"), 3),
     ("survey.tasks", "survey={tasks: [1, 53, 81]}", ("survey", "tasks"), [1, 53, 81]),
     ("survey.semantics", "survey={semantics: eval}", ("survey", "semantics"), "eval"),
@@ -284,7 +297,7 @@ def test_an_unknown_key_is_named_without_dumping_the_config():
     assert message == (
         "invalid config:\n  config key colour: unknown key (known here: kernelbench, tasks, "
         "seeds, distributions, arch, variants, nvrtc_versions, baselines, numerics, "
-        "survey_summary, timing, check, controls, fused2, survey)"
+        "survey_summary, timing, check, audit, controls, fused2, survey)"
     )
     with pytest.raises(KbfuseError, match=r"config key timing\.rounds_: unknown key \(known"):
         checked(overridden("timing={rounds_: 3}"))

@@ -8,8 +8,8 @@ unfilled stays a Snakemake wildcard.
 - RECORDS: every result record, by kind (the `kind` field it carries and the name of its JSON
   Schema, src/kbfuse/schemas/<kind>.schema.json), with the tasks it exists for;
 - FILES: the other files (compiled artifacts, the KernelBench checkout, summary, manifest,
-  bundle); logs and benchmarks go to results/logs/<stage>.log and
-  results/benchmarks/<stage>.tsv;
+  bundle, check verdicts, an audit's folder, whose files are AUDIT_FILES); logs and
+  benchmarks go to results/logs/<stage>.log and results/benchmarks/<stage>.tsv;
 - TABLES: every summary table, in the order it is written, with what it holds and where the
   workflow report shows it. A table named `x` is built by `kbfuse.results.summary.x_table` and
   captioned by workflow/report/x.rst; adding a table is one row here plus those two. A table
@@ -88,6 +88,19 @@ FILES: dict[str, str] = {
     # kbfuse check (workflow/rules/check.smk): one verdict per candidate, and their summary
     "check_verdict": "check/{candidate}.json",
     "check_summary": "check/summary/{name}",
+    # kbfuse audit (workflow/rules/audit.smk): one folder per audited corpus, AUDIT_FILES in it
+    "audit_root": "audit/{audit}",
+}
+
+# The files of one audit, under its folder (FILES["audit_root"], or `kbfuse audit --out`):
+# the content-named candidate files (and task files, judged against the corpus's own
+# references), the entries index, one verdict per entry and numerics mode, the summary.
+AUDIT_FILES: dict[str, str] = {
+    "candidate": "candidates/{entry}.py",
+    "task": "tasks/{entry}.py",
+    "index": "entries.json",
+    "verdict": "verdicts/{numerics}/{entry}.json",
+    "summary": "summary/{name}",
 }
 
 
@@ -172,6 +185,12 @@ def record(kind: str, /, results: str | Path = RESULTS, **wildcards: Any) -> str
 def file(name: str, /, results: str | Path = RESULTS, **wildcards: Any) -> str:
     """The path of one of FILES (wildcards not given stay Snakemake wildcards)."""
     return _under(results, FILES[name], wildcards)
+
+
+def audit_file(name: str, /, root: str | Path, **wildcards: Any) -> str:
+    """The path of one of AUDIT_FILES under an audit's folder `root` (wildcards not given
+    stay Snakemake wildcards)."""
+    return _under(root, AUDIT_FILES[name], wildcards)
 
 
 # The survey of KernelBench level 2 lives under survey/; another level's under survey/level<N>/

@@ -140,9 +140,16 @@ def summary_files():
 
 def manifest_files():
     # a survey's records and summary, when results/survey holds one (docs/survey.md), and
-    # CHECK_IN_MANIFEST (workflow/rules/check.smk): the check verdicts when check.in_manifest
+    # CHECK_IN_MANIFEST (workflow/rules/check.smk): the check verdicts when check.in_manifest,
+    # and AUDIT_IN_MANIFEST (workflow/rules/audit.smk): an audit's when audit.in_manifest
     survey = [f"{layout.RESULTS}/{rel}" for rel in survey_files(layout.RESULTS)]
-    return study_results() + summary_files() + survey + CHECK_IN_MANIFEST
+    return (
+        study_results()
+        + summary_files()
+        + survey
+        + CHECK_IN_MANIFEST
+        + AUDIT_IN_MANIFEST
+    )
 
 
 def all_targets():

@@ -19,10 +19,19 @@ with job(snakemake.log[0], "check_candidate"), devices.placed("shared"):
     level, task = snakemake.params.task
     checkout = snakemake.input.checkout
     verdict = Path(snakemake.output.verdict)
+    # An audit judging against its corpus's own task code gives that file: no pinned commit,
+    # and the survey's record (of the pinned task) says nothing about it.
+    own_task = hasattr(snakemake.input, "task")
+    if own_task:
+        task_file, commit = Path(snakemake.input.task), None
+    else:
+        task_file, commit = find_task_file(checkout, level, task), checkout_commit(checkout)
     # The survey's record of the task, when the survey ran (KernelBench's numerics first: the
     # reference here runs with torch's defaults, as KernelBench's evaluator does).
     surveys = [
-        layout.file("survey_record", numerics=mode, survey_task=task) for mode in SURVEY_MODES
+        layout.file("survey_record", numerics=mode, survey_task=task)
+        for mode in SURVEY_MODES
+        if not own_task
     ]
     survey = next((path for path in surveys if Path(path).is_file()), None)
     device = default_device()
@@ -32,12 +41,12 @@ with job(snakemake.log[0], "check_candidate"), devices.placed("shared"):
         snakemake.input.candidate,
         level,
         task,
-        find_task_file(checkout, level, task),
+        task_file,
         verdict,
         read_contract_record(snakemake.input.contract),
         dict(snakemake.params.settings),
         device=device,
-        commit=checkout_commit(checkout),
+        commit=commit,
         survey=survey,
         log_dir=Path(snakemake.log[0]).parent,
         lock=gpulock.for_device(device),

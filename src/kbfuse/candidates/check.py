@@ -7,6 +7,8 @@ The parent (this process) never imports the candidate. It
      and the pinned KernelBench's contract (its trials and their seeds, kbfuse.checks.official;
      changed weights; seeds x distributions);
   2. runs the `reference` child (the task's Model on every planned case) in scratch/reference;
+     it and the candidate's child run in the numerics mode `check.numerics` names (None:
+     PyTorch's defaults as the child finds them, as KernelBench's evaluator runs);
   3. runs the `candidate` child (kbfuse.candidates.runner) in scratch/candidate on the planned
      cases, in a sandbox where the reference's inputs are the only thing of the reference it
      can see (read-only), under the wall-time and memory limits (sandbox);
@@ -182,6 +184,7 @@ def run_reference(task_file: Path, settings: dict, contract: dict, scratch: Scra
         "contract": contract,
         "seeds": settings["seeds"],
         "distributions": settings["distributions"],
+        "numerics": settings["numerics"],
     }
     outcome = scratch.child("reference", request, log)
     out = folder / "out"
@@ -222,6 +225,7 @@ def run_candidate(
         "gpu_memory_fraction": settings["gpu_memory_fraction"],
         "baselines": settings["baselines"],
         "timing": settings["timing"],
+        "numerics": settings["numerics"],
         "handoff": None if handoff is None else handoff.paths(),
     }
     readable = [(inputs, shown)] if scratch.binary is not None else []

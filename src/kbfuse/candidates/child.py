@@ -1,10 +1,11 @@
 """Entry point of the child processes: `python -m kbfuse.candidates.child ROLE REQUEST.json`.
 
 Roles: `reference` (kbfuse.candidates.reference), `candidate` (kbfuse.candidates.runner),
-`witness` (kbfuse.candidates.witness). Each reads its request, writes its JSON and tensor
-files under the request's `out` folder and exits 0; an exception is written to
-`out/error.json` (type, first line) before the exit status 1, so the parent can name the stage
-that failed. What the roles share is in kbfuse.candidates.childio.
+`witness` (kbfuse.candidates.witness). The reference and the candidate run in the request's
+`numerics` mode (kbfuse.survey.settings.NUMERICS) where it names one. Each reads its request,
+writes its JSON and tensor files under the request's `out` folder and exits 0; an exception
+is written to `out/error.json` (type, first line) before the exit status 1, so the parent can
+name the stage that failed. What the roles share is in kbfuse.candidates.childio.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def main(argv: list[str]) -> int:
     else:
         raise SystemExit(f"unknown role {role!r}")
     try:
+        if request.get("numerics") is not None and role != "witness":
+            from kbfuse.survey.settings import set_numerics
+
+            set_numerics(request["numerics"])  # before the task, the candidate, any compile
         run(request, out)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
         write_json(out / "error.json", error_record(exc, role))

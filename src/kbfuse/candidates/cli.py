@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
     c.set_defaults(run=run)
 
 
-def _settings(config: str | None, unsandboxed: bool) -> dict | None:
+def settings_from_config(config: str | None, unsandboxed: bool) -> dict | None:
+    """The `check:` block of a config file, with `unsandboxed` when asked (kbfuse audit too)."""
     settings = None
     if config is not None:
         from kbfuse.workflow.config import read_config_file
@@ -59,7 +60,8 @@ def _settings(config: str | None, unsandboxed: bool) -> dict | None:
     return settings
 
 
-def _contract(args: argparse.Namespace) -> dict:
+def contract_of(args: argparse.Namespace) -> dict:
+    """The contract of `--contract`, or read from the `--kernelbench` checkout."""
     from kbfuse.candidates.check import checkout_commit
     from kbfuse.tasks.evaluator import read_contract, read_contract_record
 
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     out = (
         Path(args.out) if args.out else Path("results/check") / f"{candidate_name(candidate)}.json"
     )
-    contract = _contract(args)
+    contract = contract_of(args)
     record = check_candidate(
         candidate,
         level,
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         task_file,
         out,
         contract,
-        _settings(args.config, args.unsandboxed),
+        settings_from_config(args.config, args.unsandboxed),
         device=args.device,
         commit=commit,
         survey=args.survey,

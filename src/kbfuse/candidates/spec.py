@@ -36,6 +36,9 @@ LEVELS = (2,)
 # kbfuse.tasks.inputs.DISTRIBUTIONS, restated so that reading the settings (at every Snakemake
 # start) never imports torch; tests/test_check_units.py keeps the two equal.
 DISTRIBUTIONS = ("uniform", "normal", "uniform_x100", "uniform_xneg100")
+# kbfuse.survey.settings.NUMERICS's modes (TF32 off everywhere, or PyTorch's defaults set
+# explicitly), restated for the same reason
+NUMERICS = ("strict", "kernelbench-defaults")
 
 # Upper bounds of the counts and limits (the config schema holds the same): a value past one
 # is a mistake, and would make a check run for ever or ask for more than any machine has.
@@ -61,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "seeds": [0, 1],
     "distributions": ["uniform", "normal", "uniform_x100", "uniform_xneg100"],
     "baselines": list(BASELINES),
+    "numerics": None,  # None: PyTorch's defaults as found; else a mode of NUMERICS
     "timing": {
         "warmup": 3,
         "rounds": 20,
@@ -199,6 +203,10 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
     for name in baselines:
         if name not in BASELINES:
             raise KbfuseError(f"check.baselines names {name!r}; known: {list(BASELINES)}")
+    if s["numerics"] is not None and s["numerics"] not in NUMERICS:
+        raise KbfuseError(
+            f"check.numerics is {s['numerics']!r}; known: {', '.join(NUMERICS)}, or null"
+        )
     t = s["timing"]
     for key in ("warmup", "rounds", "invocations_per_pair"):
         _at_most(int_at_least(t[key], f"check.timing.{key}"), f"timing.{key}")

@@ -4,6 +4,7 @@
     kbfuse compare BUNDLE BUNDLE [...] --out DIR [--label LABEL ...]
     kbfuse summarize RESULTS_DIR --config CONFIG --out DIR [--kernels DIR] [--study fused2]
     kbfuse check CANDIDATE.py [--task 2/53] [--kernelbench DIR | --task-file FILE] [--out JSON]
+    kbfuse audit CORPUS [--mapping cuda_l1] [--references pinned|corpus] [--out DIR]
     kbfuse --version
 
 `summarize` is the CPU-only way to rebuild the tables and plots of a finished run (for
@@ -187,6 +188,9 @@ def parser() -> argparse.ArgumentParser:
     from kbfuse.candidates.cli import add_parser as add_check_parser
 
     add_check_parser(sub)  # kbfuse check CANDIDATE.py --task 2/53 (docs/check.md)
+    from kbfuse.audit.cli import add_parser as add_audit_parser
+
+    add_audit_parser(sub)  # kbfuse audit CORPUS --mapping cuda_l1 (docs/audit.md)
     return p
 
 

@@ -409,6 +409,7 @@ def check_config(config: Mapping[str, Any], kernels_dir: str | Path = "kernels")
     if second is not None:
         problems += _study_problems(second, Path(kernels_dir), f"{FUSED2}.")
     problems += _check_block_problems(config.get("check"))
+    problems += _audit_block_problems(config.get("audit"))
     if problems:
         raise invalid(problems)
 
@@ -419,6 +420,18 @@ def _check_block_problems(block: Any) -> list[str]:
 
     try:
         check_settings(block)
+    except KbfuseError as exc:
+        return [f"config key {exc}"]
+    return []
+
+
+def _audit_block_problems(block: Any) -> list[str]:
+    """What the schema cannot say about the `audit:` block (docs/audit.md); its corpus and
+    mapping are read by workflow/rules/audit.smk, which names their problems too."""
+    from kbfuse.audit.settings import audit_settings
+
+    try:
+        audit_settings(block)
     except KbfuseError as exc:
         return [f"config key {exc}"]
     return []

@@ -81,6 +81,23 @@ def no_link_below(root: str | os.PathLike, path: str | os.PathLike) -> None:
             raise KbfuseError(f"{path}: {here} is {kind_of(mode)}, not a folder; not read")
 
 
+def _open_regular(path: str | os.PathLike, follow: bool) -> int:
+    """A descriptor of `path` opened without blocking (a FIFO swapped in after the check
+    cannot hang the open), refused unless it is still a regular file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise KbfuseError(f"{path} cannot be read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise KbfuseError(f"{path} changed into a special file while it was read; not read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_bytes(
     path: str | os.PathLike, limit: int, *, follow: bool = False, within: Path | None = None
 ) -> bytes:
@@ -91,14 +108,8 @@ def read_bytes(
     st = regular_file(path, follow=follow)
     if st.st_size > limit:
         raise KbfuseError(f"{path} is {st.st_size} bytes, over the {limit}-byte limit")
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = _open_regular(path, follow)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise KbfuseError(f"{path} cannot be read: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KbfuseError(f"{path} changed into a special file while it was read; not read")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
@@ -116,14 +127,8 @@ def read_bytes(
 def read_head(path: str | os.PathLike, size: int, *, follow: bool = False) -> bytes:
     """At most the first `size` bytes of a regular file (see the module docstring)."""
     regular_file(path, follow=follow)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = _open_regular(path, follow)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise KbfuseError(f"{path} cannot be read: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KbfuseError(f"{path} changed into a special file while it was read; not read")
         return os.read(fd, size)
     finally:
         os.close(fd)

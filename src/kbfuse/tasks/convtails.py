@@ -43,6 +43,7 @@ from kbfuse.tasks.tailbase import (
     ReductionCall,
     Tail,
     check_dense_float32,
+    check_per_channel,
     check_same_device,
     pointer,
     reduction_call,
@@ -123,13 +124,7 @@ class ConvBiasTail(Tail):
     def check_bias(self, model, y, *, require_cuda: bool) -> torch.Tensor:
         bias = self.conv_bias(model)
         name = f"model.{self.library_attr}.bias"
-        if bias.dim() != 1 or bias.shape[0] != y.shape[1]:
-            raise KbfuseError(
-                f"{name} must be 1-D with one value per channel of y ({y.shape[1]}), "
-                f"got shape {tuple(bias.shape)}"
-            )
-        check_dense_float32(bias, name, require_cuda=require_cuda)
-        check_same_device({"y": y, name: bias})
+        check_per_channel(bias, name, y, "channel", require_cuda=require_cuda)
         return bias
 
     def validate(self, model, y, out, *, require_cuda: bool = True) -> None:

@@ -17,12 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kbfuse.errors import KbfuseError
 from kbfuse.tasks.tailbase import (
     FLOAT32_BYTES,
     Tail,
-    check_dense_float32,
-    check_same_device,
+    check_per_channel,
     model_float,
     pointer,
     ulp_window,
@@ -92,14 +90,7 @@ class AddSwishTanhGeluHardtanhTail(Tail):
     def validate(self, model, y, out, *, require_cuda: bool = True) -> None:
         super().validate(model, y, out, require_cuda=require_cuda)
         add = self.add_value(model)
-        name = f"model.{self.add_attr}"
-        if add.dim() != 1 or add.shape[0] != y.shape[1]:
-            raise KbfuseError(
-                f"{name} must be 1-D with one value per column of y ({y.shape[1]}), "
-                f"got shape {tuple(add.shape)}"
-            )
-        check_dense_float32(add, name, require_cuda=require_cuda)
-        check_same_device({"y": y, name: add})
+        check_per_channel(add, f"model.{self.add_attr}", y, "column", require_cuda=require_cuda)
 
     def kernel_args(self, model, y, out, *, require_cuda: bool = True, workspace=None) -> tuple:
         self.validate(model, y, out, require_cuda=require_cuda)

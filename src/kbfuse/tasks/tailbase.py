@@ -72,6 +72,20 @@ def check_same_device(tensors: dict[str, torch.Tensor]) -> None:
         raise KbfuseError(f"tensors must share one device: {listed}")
 
 
+def check_per_channel(
+    t: torch.Tensor, name: str, y: torch.Tensor, what: str, *, require_cuda: bool
+) -> None:
+    """`t` is a parameter with one value per `what` of y (y's dimension 1): 1-D of that
+    length, dense float32, on y's device."""
+    if t.dim() != 1 or t.shape[0] != y.shape[1]:
+        raise KbfuseError(
+            f"{name} must be 1-D with one value per {what} of y ({y.shape[1]}), "
+            f"got shape {tuple(t.shape)}"
+        )
+    check_dense_float32(t, name, require_cuda=require_cuda)
+    check_same_device({"y": y, name: t})
+
+
 def pointer(t: torch.Tensor) -> np.uint64:
     return np.uint64(t.data_ptr())
 

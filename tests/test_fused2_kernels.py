@@ -10,6 +10,7 @@ the workflow's (correctness, the contract, the exhaustive control).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from test_fast_kernels import functions, loops
 
 from kbfuse.compilation import disasm, kernelsrc
 from kbfuse.compilation.compile import compile_variant
+from kbfuse.results.records import schema_text, validate_record
 from kbfuse.tasks.registry import FUSED2_TASKS, kernel_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +94,17 @@ def test_compile_records_the_launch_plans_and_every_header(compiled):
     }
     assert fast["per_kernel"]["tail65"]["mode"] == "per-block"
     assert fast["per_kernel"]["stage65"]["mode"] == "per-element"
+
+
+def test_every_compile_record_follows_its_schema(compiled):
+    # The summary validates every record it reads: on the H200 (session 11) it refused the
+    # second study's compile records when the schema did not know the per-block launch.
+    for meta, _ in compiled.values():
+        record = {k: v for k, v in meta.items() if not k.startswith("_")}
+        validate_record(record, "compile", "compile record")
+    launch = json.loads(schema_text("compile.schema.json"))["$defs"]["launch"]
+    enum = launch["properties"]["mode"]["enum"]
+    assert sorted(enum) == sorted(kernelsrc.LAUNCH_MODES)
 
 
 def test_every_kernel_of_the_second_study_is_in_every_artifact(compiled):

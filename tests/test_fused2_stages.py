@@ -119,7 +119,12 @@ def cpu_stage(pinned, tmp_path, monkeypatch):
             task, variants, outs, checkout, pin_path, request
         )
 
-    yield run
+    # oneDNN's CPU convolution adds the bias in its own rounding on some CPUs (seen on an AMD
+    # EPYC without AVX-512: conv with bias differs from conv, then + bias, by up to 3e-7), so
+    # the split after the convolution is exact on the CPU only on ATen's own convolution. On the
+    # GPU the split is exact with cuDNN (tests/test_gpu_fused2.py).
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield run
     correctness.baselines.set_numerics()  # TF32 off again for the tests that follow
 
 
@@ -176,13 +181,16 @@ def test_task_65_float64_sum_holds_the_reduction_contract(cpu_stage):
         deciding = case["float64_reduction"]
         assert deciding["candidate_max_abs_error"] <= deciding["eager_max_abs_error"]
     assert contract.worst_margin(fused["contract"]["cases"], "float64_reduction") <= 1.0
-    # against the whole task in float64 the same sum is worse than eager on two cases: what
-    # both share (the convolution's float32 error, the stage's rounding) outweighs eager's
-    # summation error there, and which of the two lands closer is chance (contract.py)
+    # against the whole task in float64 the same sum can be worse than eager on some cases:
+    # what both share (the convolution's float32 error, the stage's rounding) outweighs eager's
+    # summation error there, and which of the two lands closer is chance (contract.py): two
+    # of nine with oneDNN's convolution on one CPU, none with ATen's on another. It is
+    # measured on every whole-program case and counted, never decisive.
     task = [c for c in fused["contract"]["cases"] if c["float64_task"] is not None]
+    assert len(task) == n_full
     worse = [c["name"] for c in task if not c["float64_task"]["no_worse"]]
-    assert worse == ["seed0/uniform_x100", "seed0/uniform_xneg100"]
-    assert contract.no_worse_count(fused["contract"]["cases"], "float64_task") == (7, 9)
+    no_worse = contract.no_worse_count(fused["contract"]["cases"], "float64_task")
+    assert no_worse == (n_full - len(worse), n_full)
     # the stage one step off: the official check passes, the contract does not
     # (but where the stage's first value is NaN, which one step up leaves NaN)
     assert stage_off["passed"]

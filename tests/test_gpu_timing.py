@@ -135,9 +135,9 @@ def timing_run(study):
     original_load = launch.LoadedModule.load
     original_launch = launch.LoadedModule.launch
 
-    def spy_load(cls, artifact, meta):
+    def spy_load(cls, artifact, meta, *kernels):
         loaded.append(Path(artifact).resolve())
-        return original_load(artifact, meta)
+        return original_load(artifact, meta, *kernels)
 
     def spy_launch(self, name, n, args, device):
         launched.append(Path(self.artifact).resolve())

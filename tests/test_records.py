@@ -236,12 +236,13 @@ def test_the_committed_reference_follows_every_schema():
     for path, kind in _reference_records():
         records.read_record(path, kind)
         seen[kind] = seen.get(kind, 0) + 1
-    # the study's run, and the survey's (survey/, with a manifest of its own). The second
-    # study's survey_rows has no H200 reference yet: test_fused2_summary validates a record
-    # the prediction writes. Nor has the survey's cross-device check (survey_devices), which
-    # needs a machine with several GPUs: tests/test_survey_devices.py validates records.
-    assert set(seen) == set(records.SCHEMA_KINDS) - {"survey_rows", "survey_devices"}
-    assert seen["correctness"] == 33 and seen["manifest"] == 2 and seen["survey_task"] == 200
+    # the study's run, the survey's (survey/, with a manifest of its own) and the second
+    # study's (fused2/, its own manifest; 11 variants x 2 tasks). The survey's cross-device
+    # check (survey_devices) has no H200 reference: it needs a machine with several GPUs, and
+    # tests/test_survey_devices.py validates records.
+    assert set(seen) == set(records.SCHEMA_KINDS) - {"survey_devices"}
+    assert seen["correctness"] == 33 + 22 and seen["survey_rows"] == 1
+    assert seen["manifest"] == 3 and seen["survey_task"] == 200
 
 
 def _shrunk(node):

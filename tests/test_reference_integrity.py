@@ -34,7 +34,8 @@ CUDA_STAGES = ("compile", "verify", "correctness", "timing", "controls", "env")
 # Files in the reference tree that are not results of the study (so not in the manifest).
 # survey/*: the reference survey, a run of its own with its own manifest (test_survey_reference)
 NOT_LISTED = ("manifest.json", "bundle/*", "logs/*", "benchmarks/*", "kernelbench/checkout.json",
-              "kernelbench/tasks/*", "gpu.txt", "phases.txt", "survey/*")  # fmt: skip
+              "kernelbench/tasks/*", "gpu.txt", "phases.txt", "survey/*",
+              "fused2/*")  # fmt: skip
 
 
 def kbfuse_command() -> list[str]:

@@ -1,10 +1,16 @@
+import functools
+
 from kbfuse.tasks.evaluator import tolerance_of
 from kbfuse.workflow.jobs import job
+from kbfuse.workflow.outofmemory import shared_then_alone
 
-with job(snakemake.log[0], "correctness", gpu=True, gpu_lock="shared"):
+# The lock is taken around the run (shared; alone if the device runs out of memory beside other
+# jobs), not for the job's whole life.
+with job(snakemake.log[0], "correctness", gpu=True, gpu_lock=None):
     from kbfuse.checks.correctness import run_correctness_variants
 
-    run_correctness_variants(
+    run = functools.partial(
+        run_correctness_variants,
         task=int(snakemake.wildcards.task),
         variants=snakemake.params.artifacts,
         outs=snakemake.params.outputs,
@@ -19,3 +25,4 @@ with job(snakemake.log[0], "correctness", gpu=True, gpu_lock="shared"):
         ),
         log=None,
     )
+    shared_then_alone(run)

@@ -37,6 +37,7 @@ from kbfuse.tasks.kernelbench import TaskSpec, build_model
 from kbfuse.tasks.tailbase import fan_in_bound
 from kbfuse.tasks.tails import Tail
 from kbfuse.tasks.weights import weights_sha256
+from kbfuse.workflow.outofmemory import is_out_of_memory
 
 GROUPS = ("full_program", "timing_input", "tail_control", "graph_replay")
 # Calls of a compiled baseline on an input before the call that is checked: TorchScript's
@@ -250,6 +251,8 @@ class TaskChecks:
         try:
             graph, static_out = capture_graph(subject.capture, static_x, GRAPH_WARM_CALLS)
         except Exception as exc:  # recorded as the failing check graph/capture
+            if is_out_of_memory(exc):
+                raise  # the device's memory, not the subject: the job runs again, alone
             torch.cuda.synchronize()
             self.progress(f"{subject.name} graph/capture: FAIL ({type(exc).__name__}: {exc})")
             return [], {"capturable": False, "error": f"{type(exc).__name__}: {exc}"}

@@ -49,6 +49,7 @@ from kbfuse.survey.settings import set_numerics
 from kbfuse.tasks.evaluator import read_contract_record
 from kbfuse.tasks.kernelbench import load_task, read_pin
 from kbfuse.workflow import devices, gpulock
+from kbfuse.workflow.outofmemory import out_of_memory, release_memory
 
 KIND = "survey_task"
 SCHEMA_VERSION = 1
@@ -361,7 +362,7 @@ def survey_task(
         say("out of memory beside other jobs: the whole task again, alone on the device")
         job.update(built_in=None, rerun_alone=True)
         per_mode = [_Mode(m.name, _new_record(t, m.name, phase, job)) for m in per_mode]
-    _release_memory()  # what the allocator caches, for the jobs that run meanwhile
+    release_memory()  # what the allocator caches, for the jobs that run meanwhile
     if rerun or any(m.runs for m in per_mode):  # nothing to time: no wait for the device
         waited = lock.waited_s
         with lock.alone():
@@ -373,26 +374,6 @@ def survey_task(
     for m in per_mode:
         m.record.setdefault("ratios", {})
     return {m.name: m.record for m in per_mode}
-
-
-# How running out of device memory shows: torch's allocator raises OutOfMemoryError; a library
-# that allocates for itself raises a RuntimeError that names its failed allocation (seen on the
-# H200 with another job holding the memory: eager's first GEMM failed in `cublasCreate`).
-OUT_OF_MEMORY_ERROR = "OutOfMemoryError"
-OUT_OF_MEMORY_MESSAGES = (
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUBLASLT_STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "CUSOLVER_STATUS_ALLOC_FAILED",
-    "CUFFT_ALLOC_FAILED",
-    "CUDA error: out of memory",
-)
-
-
-def out_of_memory(error: str, message: str) -> bool:
-    """Is a failure (its error's type name and message, as records hold them) the device
-    running out of memory?"""
-    return error == OUT_OF_MEMORY_ERROR or any(m in message for m in OUT_OF_MEMORY_MESSAGES)
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -407,17 +388,6 @@ def _out_of_memory(per_mode: list[_Mode]) -> bool:
         for entry in (m.record.get("baselines") or {}).values()
         if entry.get("failure")
     )
-
-
-def _release_memory() -> None:
-    """Free what this job no longer references, and the CUDA allocator's cache of it."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 def _autotuned(t: _Task) -> list[str]:

@@ -79,7 +79,7 @@ def test_out_of_memory_beside_other_jobs_runs_again_alone(tmp_path):
 
 def test_out_of_memory_alone_is_the_jobs_own_failure(tmp_path):
     _, held, go = run(tmp_path, [traced_oom(), FakeOutOfMemory("CUDA out of memory")])
-    with pytest.raises(FakeOutOfMemory):
+    with pytest.raises(FakeOutOfMemory, match="CUDA out of memory"):
         go()
     assert held == ["shared", "alone"]
 
@@ -111,7 +111,7 @@ def replay_with_capture_failing(monkeypatch, failure):
 
 
 def test_a_capture_that_runs_out_of_memory_is_not_recorded_as_the_subjects_failure(monkeypatch):
-    with pytest.raises(FakeOutOfMemory):
+    with pytest.raises(FakeOutOfMemory, match="CUDA out of memory"):
         replay_with_capture_failing(monkeypatch, FakeOutOfMemory("CUDA out of memory"))
 
 

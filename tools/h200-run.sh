@@ -8,14 +8,16 @@
 #   study: the study (--cores $STUDY_CORES, default every core) and its HTML report; benchmarks: the benchmarks that read the study's
 #   results (tail roofline, dry-run overhead, ncu of the tails); tests: the GPU tests (with a
 #   time limit of $PYTEST_TIMEOUT s); startup: the GPU-job start-up benchmark; all: study,
-#   benchmarks and tests; survey: `snakemake survey` (extra --config items in $SURVEY_CONFIG,
+#   benchmarks and tests; fused2-ncu: the second study's fast tails under Nsight Compute
+#   (after its run); survey: `snakemake survey` (extra --config items in $SURVEY_CONFIG,
 #   a time limit of $SURVEY_TIMEOUT s). Without pytest paths, tests runs every GPU test, those
 #   of test_compile.py in a process of their own first.
 # Runs longer than one call (10 minutes) go to the background, where they outlive the call on
 # the warm machine (it keeps processes and files for a short while between calls):
-#   bg-survey, bg-study, bg-fused2, bg-check, bg-tests: start `snakemake survey` (and the
-#   environment fingerprint), `all`, `fused2` (the second fused study, docs/fused2.md) or
-#   `check` (every core), or every GPU test, in
+#   bg-survey, bg-study, bg-fused2, bg-check, bg-audit, bg-tests: start `snakemake survey` (and
+#   the environment fingerprint), `all`, `fused2` (the second fused study, docs/fused2.md),
+#   `check` (every core) or `audit` of CUDA-L1's H100 kernels (carried as
+#   .corpus/cuda_l1_h100.json), or every GPU test, in
 #   the background, with fresh compile caches for the study; wait: wait for every background
 #   run until $WAIT_UNTIL s into the call (default 560). Their logs, start and end times and
 #   exit codes are in /tmp/kbfuse-bg and come back in the archive. A later call skips the
@@ -63,6 +65,11 @@ if [ -d .bwrap ] && ! command -v bwrap > /dev/null; then
   export KBFUSE_BWRAP=/tmp/bwrap/bwrap
   "$KBFUSE_BWRAP" --version | tee -a "$OUT/phases.txt"
 fi
+# CUDA-L1's H100 kernels (github deepreinforce-ai/CUDA-L1, optimized_cuda_code/h100.json) travel
+# as .corpus/cuda_l1_h100.json: the audit's GPU test and `bg-audit` read them.
+if [ -f .corpus/cuda_l1_h100.json ]; then
+  export KBFUSE_AUDIT_CUDA_L1="$PWD/.corpus/cuda_l1_h100.json"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
 rc=0
@@ -87,6 +94,15 @@ if has benchmarks; then
   timeout 120 ncu --clock-control none -k regex:'tail|triton' \
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
     python3 benchmarks/tail_kernels.py --variants $variants > "$OUT/ncu.txt" 2>&1
+fi
+if has fused2-ncu; then  # after `snakemake fused2` (its results/fused2): the fast tails under ncu
+  stamp fused2-ncu
+  timeout 240 ncu --clock-control none -k regex:'tail|stage' \
+    --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+    python3 benchmarks/tail_kernels.py --results results/fused2 --tasks 4 65 \
+    --numerics kernelbench-defaults strict --variants fast-nvrtc-cubin-noftz \
+    > "$OUT/ncu-fused2.txt" 2>&1
+  tail -n 40 "$OUT/ncu-fused2.txt"
 fi
 if has startup; then  # on its own: about 250 s (call 8 in docs/device-runs.md)
   stamp startup
@@ -156,6 +172,10 @@ if has bg-study; then
   start_bg study env TORCHINDUCTOR_CACHE_DIR=/tmp/study-caches/inductor \
     TRITON_CACHE_DIR=/tmp/study-caches/triton python3 -m snakemake --cores "$(nproc)" \
     --keep-going all --config "$kb"
+fi
+if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (docs/audit.md)
+  start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit --config "$kb" \
+    "audit={corpus: $PWD/.corpus/cuda_l1_h100.json, mapping: cuda_l1, name: cuda_l1_h100}"
 fi
 if has bg-fused2; then
   mkdir -p /tmp/fused2-caches

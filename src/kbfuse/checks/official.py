@@ -150,32 +150,52 @@ def trivial_candidates(reference, values: Sequence, constant: float) -> dict[str
     }
 
 
-def trivial_status(trials: Iterable[tuple[Any, Sequence]], contract: Mapping) -> dict:
-    """Does a trivial candidate pass the official check, every trial? `trials`: (reference
-    output, inputs) per official trial, in trial order (read once, one trial at a time). The
+class TrivialStatus:
+    """Does a trivial candidate pass the official check, every trial? Gathered one official
+    trial at a time (`add`: the reference output and the trial's inputs, in trial order). The
     constant candidate is the mean of the first trial's reference output (one fixed value, as
     a cached constant would be)."""
-    passed = {name: True for name in TRIVIAL}
-    applicable = {name: True for name in TRIVIAL}
-    constant, count = None, 0
-    for reference, values in trials:
-        if constant is None:
+
+    def __init__(self, contract: Mapping):
+        self.contract = contract
+        self.passed = {name: True for name in TRIVIAL}
+        self.applicable = {name: True for name in TRIVIAL}
+        self.constant: float | None = None
+        self.count = 0
+
+    def add(self, reference, values: Sequence) -> None:
+        if self.constant is None:
             first = reference.detach().double()
-            constant = float(first.mean().item()) if first.numel() else 0.0
-        count += 1
-        for name, candidate in trivial_candidates(reference, values, constant).items():
+            self.constant = float(first.mean().item()) if first.numel() else 0.0
+        self.count += 1
+        for name, candidate in trivial_candidates(reference, values, self.constant).items():
             if candidate is None:
-                applicable[name] = False
-            elif not passes(reference, candidate, contract):
-                passed[name] = False
-    if not count:
-        raise KbfuseError("trivial_status needs at least one official trial")
-    status: dict[str, Any] = {
-        name: {"applicable": applicable[name], "passes": passed[name] if applicable[name] else None}
-        for name in TRIVIAL
-    }
-    status["mean_constant"]["value"] = constant
-    status["compared"] = f"eager output on KernelBench's {count} official trials"
-    status["trials"] = count
-    status["blind_spot"] = any(status[name]["passes"] for name in TRIVIAL)
-    return status
+                self.applicable[name] = False
+            elif not passes(reference, candidate, self.contract):
+                self.passed[name] = False
+
+    def result(self) -> dict:
+        if not self.count:
+            raise KbfuseError("trivial_status needs at least one official trial")
+        applicable, passed = self.applicable, self.passed
+        status: dict[str, Any] = {
+            name: {
+                "applicable": applicable[name],
+                "passes": passed[name] if applicable[name] else None,
+            }
+            for name in TRIVIAL
+        }
+        status["mean_constant"]["value"] = self.constant
+        status["compared"] = f"eager output on KernelBench's {self.count} official trials"
+        status["trials"] = self.count
+        status["blind_spot"] = any(status[name]["passes"] for name in TRIVIAL)
+        return status
+
+
+def trivial_status(trials: Iterable[tuple[Any, Sequence]], contract: Mapping) -> dict:
+    """TrivialStatus over `trials`: (reference output, inputs) per official trial, in trial
+    order (read once, one trial at a time)."""
+    status = TrivialStatus(contract)
+    for reference, values in trials:
+        status.add(reference, values)
+    return status.result()

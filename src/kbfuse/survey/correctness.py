@@ -15,7 +15,7 @@ ref != 0 (non-finite values are written as the strings "nan"/"inf", kbfuse.io.js
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 from kbfuse.errors import KbfuseError
 
@@ -52,43 +52,70 @@ def _nan_max(values: list[float]) -> float:
     return max(values, key=lambda v: (v != v, v)) if values else 0.0
 
 
-def compare(trials: Sequence[tuple], contract: Mapping) -> dict:
-    """The record's `correctness` block of one baseline: `trials` holds (eager's output, the
-    baseline's output) per official trial, in trial order."""
-    from kbfuse.checks import official
-    from kbfuse.checks.numerics import bit_equal_count
+class Comparison:
+    """One baseline's `correctness` block, gathered one official trial at a time (`add`, in
+    trial order), so a trial's outputs can be dropped before the next is made."""
 
-    if not trials:
-        raise KbfuseError("a baseline's correctness needs at least one official trial")
-    reversed_order = dict(contract, argument_order=list(reversed(contract["argument_order"])))
-    failed, reference_scaled, not_bit_equal, numel, abs_errors, rel_errors = [], True, 0, 0, [], []
-    for index, (reference, candidate) in enumerate(trials):
+    def __init__(self, contract: Mapping):
+        self.contract = contract
+        self.reversed_order = dict(
+            contract, argument_order=list(reversed(contract["argument_order"]))
+        )
+        self.trials = 0
+        self.failed: list[int] = []
+        self.reference_scaled = True
+        self.not_bit_equal = 0
+        self.numel = 0
+        self.abs_errors: list[float] = []
+        self.rel_errors: list[float] = []
+
+    def add(self, reference, candidate) -> None:
+        from kbfuse.checks import official
+        from kbfuse.checks.numerics import bit_equal_count
+
         _check_output(reference, candidate)
         candidate = candidate.to(reference.device)
-        if not official.passes(reference, candidate, contract):
-            failed.append(index)
-        reference_scaled &= official.passes(reference, candidate, reversed_order)
-        numel += int(reference.numel())
-        not_bit_equal += int(reference.numel()) - bit_equal_count(reference, candidate)
+        if not official.passes(reference, candidate, self.contract):
+            self.failed.append(self.trials)
+        self.reference_scaled &= official.passes(reference, candidate, self.reversed_order)
+        self.numel += int(reference.numel())
+        self.not_bit_equal += int(reference.numel()) - bit_equal_count(reference, candidate)
         max_abs, max_rel = _errors(reference, candidate)
-        abs_errors.append(max_abs)
-        rel_errors.append(max_rel)
-    scale_first = contract["argument_order"][1] == "candidate"
-    return {
-        "official_pass": not failed,
-        **official.tolerance(contract),
-        "compared": f"eager on KernelBench's {len(trials)} official trials",
-        "trials": len(trials),
-        "failed_trials": failed,
-        "numel": numel,
-        "not_bit_equal": not_bit_equal,
-        "max_abs": _nan_max(abs_errors),
-        "max_rel": _nan_max(rel_errors),
-        "direction": {
-            "candidate_scaled_pass": not failed if scale_first else reference_scaled,
-            "reference_scaled_pass": reference_scaled if scale_first else not failed,
-        },
-    }
+        self.abs_errors.append(max_abs)
+        self.rel_errors.append(max_rel)
+        self.trials += 1
+
+    def result(self) -> dict:
+        from kbfuse.checks import official
+
+        if not self.trials:
+            raise KbfuseError("a baseline's correctness needs at least one official trial")
+        failed = self.failed
+        scale_first = self.contract["argument_order"][1] == "candidate"
+        return {
+            "official_pass": not failed,
+            **official.tolerance(self.contract),
+            "compared": f"eager on KernelBench's {self.trials} official trials",
+            "trials": self.trials,
+            "failed_trials": failed,
+            "numel": self.numel,
+            "not_bit_equal": self.not_bit_equal,
+            "max_abs": _nan_max(self.abs_errors),
+            "max_rel": _nan_max(self.rel_errors),
+            "direction": {
+                "candidate_scaled_pass": not failed if scale_first else self.reference_scaled,
+                "reference_scaled_pass": self.reference_scaled if scale_first else not failed,
+            },
+        }
+
+
+def compare(trials: Iterable[tuple], contract: Mapping) -> dict:
+    """The record's `correctness` block of one baseline: `trials` holds (eager's output, the
+    baseline's output) per official trial, in trial order."""
+    comparison = Comparison(contract)
+    for reference, candidate in trials:
+        comparison.add(reference, candidate)
+    return comparison.result()
 
 
 def output_stats(output) -> dict:

@@ -5,10 +5,11 @@ timing inputs, as KernelBench's evaluator does (kbfuse.checks.official, with the
 `kernelbench_contract`). Then, sharing the GPU with other survey jobs (kbfuse.workflow.gpulock),
 for each numerics mode in turn: the mode's TF32 switches, eager's reference output on the
 timing inputs and its statistics, the determinism check, FLOPs and bytes; then KernelBench's
-official trials (each trial's inputs under its own trial seed): the blind spots (does a
-trivial output pass every trial?) and each baseline's correctness against eager. The
-baselines are built once, under the first mode whose eager forward ran (TF32 is a run-time
-switch of cuBLAS and cuDNN, read at each call by eager and Inductor), except TorchScript,
+official trials (each trial's inputs under its own trial seed), in one pass (`_official`):
+eager once per trial, then the blind spots (does a trivial output pass every trial?) and each
+baseline's correctness against that output. The baselines are built once, under the first
+mode whose eager forward ran (TF32 is a run-time switch of cuBLAS and cuDNN, read at each call
+by eager and Inductor), except TorchScript,
 whose trace records the cuDNN switches as constants and is traced again in each mode
 (`baselines.MODE_BOUND`); each baseline's entry names the mode it was built in. Then,
 alone on the GPU, for each mode: the builds and official checks of the baselines whose build
@@ -197,8 +198,9 @@ def _eager_failed(t: _Task, record: dict, stage: str, exc: BaseException) -> Non
 
 
 def _reference(t: _Task, m: _Mode, eager, model, inputs) -> bool:
-    """Eager's output in mode `m` on the timing inputs and what is learnt from it, then the
-    blind spots on the official trials; False when eager failed."""
+    """Eager's output in mode `m` on the timing inputs and what is learnt from it; False when
+    eager failed. (The blind spots are found with the baselines' checks, in one pass over the
+    official trials: `_official`.)"""
     record = m.record
     run = baselines.bind(eager, inputs)
     try:
@@ -207,17 +209,10 @@ def _reference(t: _Task, m: _Mode, eager, model, inputs) -> bool:
     except Exception as exc:  # noqa: BLE001 - the record says eager failed
         _eager_failed(t, record, "build", exc)
         return False
-    t.say(f"{m.name}: determinism, flops, blind spots")
+    t.say(f"{m.name}: determinism, flops")
     record["determinism"] = determinism.check(run, t.seed)
     record["flops"] = flops.count(run)
     record["bytes"] = flops.sizes(model, inputs, m.reference)
-    try:
-        spots = official.trivial_status(_eager_trials(t, eager), t.contract)
-    except Exception as exc:  # noqa: BLE001
-        _eager_failed(t, record, "official trials", exc)
-        return False
-    record["blind_spot"] = spots.pop("blind_spot")
-    record["blind_spots"] = spots
     return True
 
 
@@ -230,9 +225,25 @@ def _trial_inputs(t: _Task):
         yield seed, official.to_device(values, t.device)
 
 
-def _eager_trials(t: _Task, eager):
-    for seed, values in _trial_inputs(t):
-        yield official.reference_call(eager, values, seed), values
+class _EagerFailed(Exception):
+    """Eager failed on an official trial (or its blind spots could not be found)."""
+
+
+def _rng_state(device: str) -> tuple:
+    """The generators a forward may draw from: the CPU's and, on a GPU, the device's."""
+    import torch
+
+    gpu = torch.cuda.get_rng_state(device) if device.startswith("cuda") else None
+    return torch.get_rng_state(), gpu
+
+
+def _set_rng_state(state: tuple, device: str) -> None:
+    import torch
+
+    cpu, gpu = state
+    torch.set_rng_state(cpu)
+    if gpu is not None:
+        torch.cuda.set_rng_state(gpu, device)
 
 
 def _build(t: _Task, model, inputs, names, mode: str) -> dict[str, tuple]:
@@ -251,33 +262,60 @@ def _build(t: _Task, model, inputs, names, mode: str) -> dict[str, tuple]:
     return builds
 
 
-def _official_pairs(t: _Task, eager, forward):
-    """(eager, baseline) outputs per official trial, as the evaluator makes them: eager after
-    set_seed(trial seed), the baseline right after it."""
-    for seed, values in _trial_inputs(t):
-        reference = official.reference_call(eager, values, seed)
-        yield reference, forward(*values)
+def _official(
+    t: _Task, m: _Mode, eager, inputs, builds: dict[str, tuple], blind_spots: bool
+) -> None:
+    """One pass over KernelBench's official trials in mode `m`: each trial's inputs moved to the
+    device once and eager called once on them, after set_seed(trial seed), as the evaluator
+    calls the reference; then the blind spots (with `blind_spots`: does a trivial output pass
+    every trial?) and each built baseline against that output, each called as the evaluator
+    calls a candidate, right after the reference: with the generators as eager left them
+    (restored before each baseline). One trial's outputs at a time are on the device.
 
-
-def _check(t: _Task, m: _Mode, eager, inputs, builds: dict[str, tuple]) -> None:
-    """Each built baseline against eager on the official trials in mode `m`; all of them stay
-    in `m.runs` to be timed (a failed official check is recorded, not hidden: the summary
-    keeps such a baseline out of "best compiled"). Entries are added to the mode's record in
-    the configured order of the baselines."""
+    Every baseline stays in `m.runs` to be timed (a failed official check is recorded, not
+    hidden: the summary keeps such a baseline out of "best compiled"); one whose build or call
+    failed is recorded with that stage. Entries are added to the mode's record in the
+    configured order of the baselines. Raises _EagerFailed when eager fails on a trial."""
     entries = m.record.setdefault("baselines", {})
+    checks = {}
     for name, (forward, build_s, built_in, exc) in builds.items():
         entry = entries[name] = _baseline_entry()
         entry.update(build_s=build_s, built_in=built_in)
         if forward is None:
             _fail(entry, "build", exc, t.say)
-            continue
+        else:
+            checks[name] = (forward, correctness.Comparison(t.contract))
+    spots = official.TrivialStatus(t.contract) if blind_spots else None
+    failed: dict[str, BaseException] = {}
+    for seed, values in _trial_inputs(t):
         try:
-            entry["correctness"] = correctness.compare(
-                list(_official_pairs(t, eager, forward)), t.contract
-            )
-        except Exception as exc:  # noqa: BLE001
-            _fail(entry, "correctness", exc, t.say)
+            reference = official.reference_call(eager, values, seed)
+            if spots is not None:
+                spots.add(reference, values)
+        except Exception as exc:
+            raise _EagerFailed(exc) from exc
+        after_eager = _rng_state(t.device)
+        for name, (forward, comparison) in checks.items():
+            if name in failed:
+                continue
+            _set_rng_state(after_eager, t.device)
+            try:
+                comparison.add(reference, forward(*values))
+            except Exception as exc:  # noqa: BLE001 - recorded, the survey goes on
+                failed[name] = exc
+        del reference
+    if spots is not None:
+        try:
+            status = spots.result()
+        except Exception as exc:
+            raise _EagerFailed(exc) from exc
+        m.record["blind_spot"] = status.pop("blind_spot")
+        m.record["blind_spots"] = status
+    for name, (forward, comparison) in checks.items():
+        if name in failed:
+            _fail(entries[name], "correctness", failed[name], t.say)
             continue
+        entries[name]["correctness"] = comparison.result()
         m.runs[name] = baselines.bind(forward, inputs)
     order = t.settings["baselines"]
     m.record["baselines"] = {n: entries[n] for n in order if n in entries}
@@ -401,7 +439,12 @@ def _alone_builds(t: _Task, m: _Mode, subject: _Subject) -> None:
     if not m.eager_ok:
         return
     builds = _build(t, subject.model, subject.inputs, names, m.name)
-    _check(t, m, subject.eager, subject.inputs, builds)
+    try:
+        _official(t, m, subject.eager, subject.inputs, builds, blind_spots=False)
+    except _EagerFailed as failure:  # it ran on these trials before: the baselines' failure
+        for name in builds:
+            if m.record["baselines"][name]["status"] != "failed":
+                _fail(m.record["baselines"][name], "correctness", failure.__cause__, t.say)
     m.record["compile_cache"] = baselines.compile_cache_counts()
 
 
@@ -438,12 +481,20 @@ def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> _Subje
         set_numerics(m.name)
         if not _reference(t, m, eager, model, inputs):
             continue
-        m.eager_ok = True
         if builds is None:  # in the first mode whose eager forward ran
             builds = _build(t, model, inputs, shared, m.name)
             job["built_in"] = m.name
         mode_builds = {**builds, **_build(t, model, inputs, bound, m.name)}
-        _check(t, m, eager, inputs, {n: mode_builds[n] for n in here if n in mode_builds})
+        t.say(f"{m.name}: official trials (blind spots, baselines' correctness)")
+        try:
+            _official(
+                t, m, eager, inputs, {n: mode_builds[n] for n in here if n in mode_builds}, True
+            )
+        except _EagerFailed as failure:
+            _eager_failed(t, m.record, "official trials", failure.__cause__)
+            m.runs = {}
+            continue
+        m.eager_ok = True
         m.record["compile_cache"] = baselines.compile_cache_counts()
     return _Subject(model, inputs, eager)
 

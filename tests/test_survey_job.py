@@ -85,8 +85,12 @@ def test_every_record_names_task_file_pin_and_modes(surveyed):
         assert rec["timing_protocol"]["rounds"] == ROUNDS
         assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": False}
         assert set(rec["phases_s"]) == {
-            "load", "wait_shared", "reference_and_builds", "wait_alone", "timing", "profile"
+            "load", "wait_shared", "reference_and_builds", "official_trials", "wait_alone",
+            "timing", "profile",
         }  # fmt: skip
+        # the official trials are timed within the references and builds
+        phases = rec["phases_s"]
+        assert 0 < phases["official_trials"] < phases["reference_and_builds"]
         protocol = rec["timing_protocol"]
         assert protocol["max_invocations_per_pair"] == 2 and protocol["min_sample_ms"] == 1.0
         # the fixture's tasks take microseconds on the CPU: the most calls per sample

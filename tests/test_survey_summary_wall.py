@@ -31,11 +31,13 @@ PHASES = {"load": 1.0, "wait_shared": 2.0, "reference_and_builds": 12.0, "wait_a
 
 def survey_run(root: Path, log_line: bool = True) -> Path:
     """Two jobs (tasks 1 and 53, both modes each) as a survey run leaves them under root;
-    task 53's job also built max-autotune alone (a phase records before it lack)."""
+    task 53's job also built max-autotune alone and timed its official trials apart (phases
+    older records lack)."""
     for task, seconds, inside, scale in ((1, 40.0, 31.5, 1.0), (53, 20.0, 12.0, 0.5)):
         phases = {name: value * scale for name, value in PHASES.items()}
-        if task == 53:
+        if task == 53:  # a record made since session 11 also times the official trials
             phases["alone_builds"] = 4.0
+            phases["official_trials"] = 2.5
         recs = [record(task=task, mode=mode) for mode in ("strict", "kernelbench-defaults")]
         for rec in recs:
             rec["phases_s"] = phases
@@ -73,12 +75,15 @@ def test_phases_per_job_and_totals(tmp_path):
         "alone_builds_s": 4.0,
         "timing_s": 15.0,
         "profile_s": 2.25,
+        "official_trials_s": 2.5,  # task 1's record does not say: not taken for 0
         "alone_s": 21.25,
     }
+    assert [j["official_trials_s"] for j in report["jobs"]] == [None, 2.5]
     assert report["wall_s"] == 150.5
     assert report["parallelism"] == pytest.approx(60.0 / 150.5)
     text = wall.report_markdown(report)
     assert "| startup | 16.5 | 28% |" in text
+    assert "| official_trials (within the two builds phases) | 2.5 | 4% |" in text
     assert "| 1 | 40.0 | 8.5 | 12.0 | 2.0 | 3.0 | 11.5 |  |" in text
 
 

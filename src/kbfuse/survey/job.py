@@ -389,7 +389,7 @@ def survey_task(
         phase.seconds["wait_shared"] = lock.waited_s
         with phase("reference_and_builds"):
             try:
-                subject = _references_and_builds(t, per_mode, job)
+                subject = _references_and_builds(t, per_mode, job, phase)
                 rerun = _out_of_memory(per_mode)
             except Exception as exc:
                 if not _is_out_of_memory(exc):
@@ -407,7 +407,7 @@ def survey_task(
             phase.seconds["wait_alone"] = lock.waited_s - waited
             if rerun:
                 with phase("reference_and_builds"):
-                    subject = _references_and_builds(t, per_mode, job)
+                    subject = _references_and_builds(t, per_mode, job, phase)
             _time_and_profile(t, per_mode, phase, subject)
     for m in per_mode:
         m.record.setdefault("ratios", {})
@@ -432,7 +432,7 @@ def _autotuned(t: _Task) -> list[str]:
     return [n for n in t.settings["baselines"] if n in baselines.AUTOTUNED]
 
 
-def _alone_builds(t: _Task, m: _Mode, subject: _Subject) -> None:
+def _alone_builds(t: _Task, m: _Mode, subject: _Subject, phase: Phases) -> None:
     """Build (in mode `m`, the job alone on the GPU) and check the baselines whose build
     benchmarks kernels on the GPU (baselines.AUTOTUNED), beside the mode's other baselines."""
     names = _autotuned(t)
@@ -440,7 +440,8 @@ def _alone_builds(t: _Task, m: _Mode, subject: _Subject) -> None:
         return
     builds = _build(t, subject.model, subject.inputs, names, m.name)
     try:
-        _official(t, m, subject.eager, subject.inputs, builds, blind_spots=False)
+        with phase("official_trials"):
+            _official(t, m, subject.eager, subject.inputs, builds, blind_spots=False)
     except _EagerFailed as failure:  # it ran on these trials before: the baselines' failure
         for name in builds:
             if m.record["baselines"][name]["status"] != "failed":
@@ -455,7 +456,7 @@ def _time_and_profile(
         set_numerics(m.name)
         if subject is not None and _autotuned(t):
             with phase("alone_builds"):
-                _alone_builds(t, m, subject)
+                _alone_builds(t, m, subject, phase)
         if not m.runs:
             continue
         with phase("timing"):
@@ -465,7 +466,7 @@ def _time_and_profile(
                 _profile(t, m)
 
 
-def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> _Subject:
+def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict, phase: Phases) -> _Subject:
     """Sharing the GPU: each mode's eager reference, blind spots, builds and official checks,
     except the baselines built alone (baselines.AUTOTUNED); returns what those are built from."""
     model = official.instance(t.spec.module, t.seed, t.device)
@@ -487,9 +488,9 @@ def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict) -> _Subje
         mode_builds = {**builds, **_build(t, model, inputs, bound, m.name)}
         t.say(f"{m.name}: official trials (blind spots, baselines' correctness)")
         try:
-            _official(
-                t, m, eager, inputs, {n: mode_builds[n] for n in here if n in mode_builds}, True
-            )
+            with phase("official_trials"):
+                checked = {n: mode_builds[n] for n in here if n in mode_builds}
+                _official(t, m, eager, inputs, checked, blind_spots=True)
         except _EagerFailed as failure:
             _eager_failed(t, m.record, "official trials", failure.__cause__)
             m.runs = {}

@@ -11,7 +11,10 @@ Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wal
   same in every mode's record) split that time: `load`, `wait_shared` (for the GPU lock, while
   another job timed), `reference_and_builds` (eager's references, the builds, correctness),
   `wait_alone` (for the other jobs to leave the GPU), `alone_builds` (the builds that
-  benchmark kernels on the GPU, max-autotune's; 0 in records without it), `timing`, `profile`.
+  benchmark kernels on the GPU, max-autotune's; 0 in records without it), `timing`, `profile`;
+  and, within `reference_and_builds` and `alone_builds`, `official_trials` (KernelBench's
+  trials: eager once per trial, the blind spots, every baseline's check; unknown, None, in
+  records made before session 11, which did not time it apart).
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
 Snakemake's preamble); `alone_s` = alone builds + timing + profile, the part no other job can
@@ -40,7 +43,9 @@ RECORD_PHASES = (
     "load", "wait_shared", "reference_and_builds", "wait_alone", "alone_builds", "timing",
     "profile",
 )  # fmt: skip
-PHASES = ("startup_s", *(f"{p}_s" for p in RECORD_PHASES), "alone_s")
+# Within reference_and_builds and alone_builds: not added to them, absent from older records.
+WITHIN_PHASES = ("official_trials",)
+PHASES = ("startup_s", *(f"{p}_s" for p in (*RECORD_PHASES, *WITHIN_PHASES)), "alone_s")
 
 
 def inside_seconds(log: Path) -> float | None:
@@ -92,6 +97,9 @@ def job_row(results: Path, task: str, tsv: Path, level: int = 2) -> dict[str, An
     row["startup_s"] = job_s - inside if inside is not None else None
     for phase in RECORD_PHASES:
         row[f"{phase}_s"] = float(phases.get(phase, 0.0)) if phases is not None else None
+    for phase in WITHIN_PHASES:
+        known = phases is not None and phase in phases
+        row[f"{phase}_s"] = float(phases[phase]) if known else None
     alone = ("alone_builds_s", "timing_s", "profile_s")
     row["alone_s"] = sum(row[p] for p in alone) if phases is not None else None
     row["gpu"] = record_gpu(results, task, level)
@@ -158,7 +166,10 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
     for phase in ("job_s", *PHASES):
         value = totals[phase]
         share = "" if value is None else f"{100 * value / totals['job_s']:.0f}%"
-        lines.append(f"| {phase.removesuffix('_s')} | {_fmt(value)} | {share} |")
+        name = phase.removesuffix("_s")
+        if name in WITHIN_PHASES:
+            name += " (within the two builds phases)"
+        lines.append(f"| {name} | {_fmt(value)} | {share} |")
     if report["wall_s"] is not None:
         lines.append(
             f"| run wall ({report.get('runs', 1)} Snakemake log(s)) | {_fmt(report['wall_s'])} | "

@@ -148,3 +148,29 @@ def test_eager_failing_on_a_trial_stops_the_pass(monkeypatch):
             t, mode(), eager, [torch.zeros(1)], {"a": (lambda x: x, 0.1, "strict", None)}, True
         )
     assert str(failure.value.__cause__) == "eager broke"
+
+
+def test_eager_failing_in_the_alone_pass_fails_the_autotuned_baseline_only(monkeypatch):
+    # the alone pass checks max-autotune after eager already ran on these trials: a failure of
+    # eager there is recorded against the baseline being checked, not the whole mode
+    autotune = "inductor-max-autotune-no-cudagraphs"
+    t, _ = task(monkeypatch, ["eager", "inductor", autotune])
+    m = mode()
+    m.eager_ok = True
+    m.record["baselines"] = {"inductor": survey_job._baseline_entry()}
+    build = (lambda x: x * 2, 3.0, "strict", None)
+    monkeypatch.setattr(survey_job, "_build", lambda *_: {autotune: build})
+
+    def eager(x):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    subject = survey_job._Subject(model=None, inputs=[torch.zeros(1)], eager=eager)
+    phases = survey_job.Phases()
+    survey_job._alone_builds(t, m, subject, phases)
+    entries = m.record["baselines"]
+    assert entries["inductor"]["status"] == "ok"
+    assert entries[autotune]["status"] == "failed"
+    assert entries[autotune]["failure"]["stage"] == "correctness"
+    assert "illegal memory access" in entries[autotune]["failure"]["message"]
+    assert autotune not in m.runs
+    assert phases.seconds["official_trials"] >= 0

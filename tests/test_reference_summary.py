@@ -25,7 +25,6 @@ import importlib.util
 import os
 import re
 import shutil
-import struct
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import copy_workflow, snakemake
+from summary_tables import assert_same_summary
 
 from kbfuse.io import read_json
 from kbfuse.layout import summary_outputs
@@ -70,27 +70,6 @@ def tables(config) -> dict[str, pd.DataFrame]:
     return build_tables(REFERENCE, config)
 
 
-def committed_summary() -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in SUMMARY.iterdir()}
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-    return struct.unpack(">II", data[16:24])
-
-
-def assert_same_summary(outdir: Path) -> None:
-    """Tables byte for byte; plots the same size (their bytes depend on matplotlib)."""
-    committed = committed_summary()
-    written = {p.name: p.read_bytes() for p in outdir.iterdir()}
-    assert sorted(written) == sorted(committed)
-    for name, data in committed.items():
-        if name.endswith(".png"):
-            assert png_size(written[name]) == png_size(data), name
-        else:
-            assert written[name] == data, f"{name} differs from the committed table"
-
-
 def recorded(rel: str) -> dict:
     return read_json(REFERENCE / rel)
 
@@ -105,7 +84,7 @@ def test_summarize_rebuilds_the_committed_summary(config, tmp_path, capsys):
     printed = capsys.readouterr().out.split()
     assert sorted(Path(p).name for p in printed) == sorted(summary_outputs(config))
     assert len(printed) == 40  # 18 tables x (csv, md) + 3 tail plots + the bit-equality plot
-    assert_same_summary(out)
+    assert_same_summary(SUMMARY, out)
 
 
 def test_summarize_refuses_a_config_for_another_kernelbench_commit(tmp_path, capsys):
@@ -302,7 +281,7 @@ def test_rules_on_recorded_files_rebuild_summary_manifest_bundle(recorded_run, c
     assert sorted(p.name for p in (results / "summary").iterdir()) == sorted(
         summary_outputs(config)
     )
-    assert_same_summary(results / "summary")
+    assert_same_summary(SUMMARY, results / "summary")
 
     report = verify_bundle(results / BUNDLE)
     assert report["ok"], report

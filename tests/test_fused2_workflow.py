@@ -199,3 +199,73 @@ def test_a_second_study_source_without_a_tasks_kernel_is_refused(tmp_path, repo)
         "'out_features'] (besides seed), got ['batch', 'height', 'width']" in message
     )
     assert "Building DAG" not in message  # refused before any job
+
+
+_RULE_PARAMS = """
+import json
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+with SnakemakeApi(OutputSettings()) as api:
+    wf = api.workflow(
+        resource_settings=ResourceSettings(),
+        config_settings=ConfigSettings(configfiles=[Path("test-config.yaml")]),
+        snakefile=Path("Snakefile"),
+        workdir=Path("."),
+    )._workflow
+    print(json.dumps({
+        r.name: {k: v for k, v in r.params.items() if not callable(v)} for r in wf.rules
+    }))
+"""
+
+
+def test_the_second_studys_rules_take_its_own_baselines(tmp_path, repo):
+    """`use rule X as fused2_X with: params:` keeps every param of X it does not name, so a
+    param left out silently takes the first study's value: with max-autotune only in the
+    second study's baselines, its correctness job built none (the H200 run of session 12)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    workdir = copy_workflow(tmp_path / "wf")
+    second = ["eager", "inductor-max-autotune-no-cudagraphs"]
+    write_test_config(
+        workdir,
+        *repo,
+        baselines=["eager", "torchscript", "inductor"],
+        fused2={"survey_summary": str(SURVEY), "baselines": second},
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _RULE_PARAMS],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": str(workdir / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    params = json.loads(proc.stdout.splitlines()[-1])
+    with_baselines = {rule for rule, p in params.items() if "baselines" in p}
+    assert with_baselines == {
+        "correctness_baselines",
+        "timing",
+        "controls",
+        "fused2_correctness_baselines",
+        "fused2_timing",
+        "fused2_controls",
+    }
+    assert params["correctness_baselines"]["baselines"] == ["torchscript", "inductor"]
+    assert params["fused2_correctness_baselines"]["baselines"] == second[1:]
+    assert params["fused2_timing"]["baselines"] == second
+    assert params["fused2_controls"]["baselines"] == second
+    # the params both studies' rules name and that are equal are the shared config's alone
+    same = {
+        (rule, key)
+        for rule in params
+        if rule.startswith("fused2_") and rule[7:] in params
+        for key in params[rule].keys() & params[rule[7:]].keys()
+        if params[rule][key] == params[rule[7:]][key]
+    }
+    # (from the inherited arch, seeds, distributions and timing protocol: INHERITED)
+    assert {key for _, key in same} == {"arch", "protocol", "distributions", "input_seed", "seeds"}

@@ -2,7 +2,8 @@
 and summarised again on the CPU: its bundle verifies, `kbfuse summarize --study fused2`
 rebuilds its tables byte for byte, and the tables say what the records hold, including a
 compiled baseline that failed correctness and so was never timed (Inductor on task 4 with
-TF32, the first run where a baseline was gated out of a study's timing)."""
+TF32, the first run where a baseline was gated out of a study's timing, and max-autotune beside
+it)."""
 
 from __future__ import annotations
 
@@ -53,20 +54,44 @@ def test_summarize_rebuilds_the_committed_tables(rebuilt):
     assert_same_summary(SUMMARY, rebuilt)
 
 
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
+
+
 def test_a_baseline_that_failed_correctness_is_skipped_not_timed():
+    """Both Inductors (default and max-autotune) fail task 4 with TF32 on the same cases."""
     baselines = read_json(REFERENCE / "correctness/4/baselines.json")["implementations"]
     timing = read_json(REFERENCE / "timing/4.json")
-    assert baselines["inductor"]["passed"] is False
     assert baselines["torchscript"]["passed"] is True
-    assert "inductor" not in timing["timed"]
-    failing = baselines["inductor"]["failing_checks"]
-    assert timing["skipped"]["inductor"]["failing_checks"] == failing
     skipped = table("skipped")
-    row = skipped[(skipped.task == 4) & (skipped.stage == "timing")]
-    assert list(row.implementation) == ["inductor"]
-    assert row.failing_checks.iloc[0] == ", ".join(failing)
+    rows = skipped[(skipped.task == 4) & (skipped.stage == "timing")]
+    assert list(rows.implementation) == ["inductor", AUTOTUNE]
+    for inductor in ("inductor", AUTOTUNE):
+        assert baselines[inductor]["passed"] is False
+        assert inductor not in timing["timed"]
+        failing = baselines[inductor]["failing_checks"]
+        assert timing["skipped"][inductor]["failing_checks"] == failing
+        row = rows[rows.implementation == inductor]
+        assert row.failing_checks.iloc[0] == ", ".join(failing)
     # Task 65 (strict FP32): every baseline passed and was timed.
     assert read_json(REFERENCE / "timing/65.json")["skipped"] == {}
+
+
+def test_every_configured_baseline_was_checked_and_max_autotune_timed_where_it_passed():
+    """The run's baselines are the config's `fused2.baselines`, max-autotune among them: each
+    has a correctness record on both tasks, and on task 65 (where it passes) a graph time."""
+    import yaml
+
+    configured = yaml.safe_load(CONFIG.read_text())["fused2"]["baselines"]
+    assert AUTOTUNE in configured
+    full = table("timing_full")
+    for task in (4, 65):
+        checked = read_json(REFERENCE / f"correctness/{task}/baselines.json")["implementations"]
+        assert set(checked) == set(configured) - {"eager"}
+    timed = full[(full.task == 65) & (full.method == "graph") & (full.impl == AUTOTUNE)]
+    assert len(timed) == 1 and timed.median_ms.iloc[0] > 0
+    assert read_json(REFERENCE / "correctness/65/baselines.json")["implementations"][AUTOTUNE][
+        "passed"
+    ]
 
 
 def test_the_prediction_compares_with_the_fastest_baseline_that_passed():

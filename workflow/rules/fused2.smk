@@ -129,6 +129,7 @@ use rule correctness_baselines as fused2_correctness_baselines with:
         seeds=FUSED2_CONFIG["seeds"],
         distributions=FUSED2_CONFIG["distributions"],
         input_seed=FUSED2_CONFIG["timing"]["input_seed"],
+        baselines=[b for b in FUSED2_CONFIG["baselines"] if b != "eager"],
         numerics=f2_numerics,
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from contracts import contract_record
 
-from kbfuse.candidates import verdict
+from kbfuse.candidates import diskbudget, verdict
 from kbfuse.candidates.check import check_candidate
 from kbfuse.errors import KbfuseError
 
@@ -74,6 +74,10 @@ def test_a_correct_candidate_passes_bit_for_bit(verdicts):
     ]
     assert all(c["bit_identical"] and c["max_ulps"] == 0 for c in cases.values())
     assert cases["official_0"]["numel"] == 16 * 64
+    # the scratch disk it reserved: 5 planned cases of the 16 x 32 input and 16 x 64 output
+    sizes = diskbudget.TaskBytes(inputs=16 * 32 * 4, output=16 * 64 * 4)
+    assert record["scratch"]["estimated_bytes"] == diskbudget.scratch_need(sizes, 5)
+    assert record["scratch"]["waited_s"] >= 0
     assert record["checks"]["side_stream"]["status"] == "not_applicable"
     assert record["trivial"]["zeros"]["passes"] is False
     assert record["trivial"]["blind_spot"] is False

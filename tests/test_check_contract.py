@@ -24,6 +24,8 @@ def fresh_capture(monkeypatch):
     monkeypatch.setattr(ext, "load_inline", fake_load_inline)
     monkeypatch.setattr(ext, "load", lambda name, sources, **kw: f"loaded {name}")
     monkeypatch.setattr(capture, "BUILDS", [])
+    monkeypatch.setattr(capture, "NOTES", [])
+    monkeypatch.setattr(capture, "_UNLISTED", {"count": 0})
     capture.install()
     return calls
 
@@ -46,6 +48,38 @@ def test_load_inline_is_recorded_and_then_called(fresh_capture):
     ext.load("other", ["a.cu"], extra_cuda_cflags="-ftz=true")
     assert capture.BUILDS[1]["route"] == "torch.utils.cpp_extension.load"
     assert capture.BUILDS[1]["extra_cuda_cflags"] == ["-ftz=true"]
+
+
+def test_a_build_asked_for_again_is_listed_once_with_its_calls(fresh_capture):
+    """CUDA-L1's task-24 kernel calls load_inline in its forward: every call was listed, the
+    report went over the schema's 64 builds and its verdict failed `build` (session 12)."""
+    from torch.utils.cpp_extension import load_inline
+
+    for _ in range(100):
+        load_inline(name="again", cpp_sources="", extra_cuda_cflags=["-O3"])
+    load_inline(name="again", cpp_sources="", extra_cuda_cflags=["-O2"])
+    assert fresh_capture == ["again"] * 101  # every call still reaches torch
+    assert [(b["extension"], b["extra_cuda_cflags"], b.get("calls")) for b in capture.BUILDS] == [
+        ("again", ["-O3"], 100),
+        ("again", ["-O2"], None),
+    ]
+    assert 0.05 <= capture.BUILDS[0]["seconds"] < 5  # the first call's
+
+
+def test_distinct_builds_past_the_limit_are_counted_in_a_note(fresh_capture):
+    from torch.utils.cpp_extension import load_inline
+
+    from kbfuse.candidates import verdict
+
+    capture.NOTES.append("an earlier note")
+    for i in range(capture.MAX_BUILDS + 3):
+        load_inline(name=f"ext{i}", cpp_sources="")
+    assert len(capture.BUILDS) == capture.MAX_BUILDS
+    note = f"builds past the first {capture.MAX_BUILDS} distinct ones not listed: 3"
+    assert ["an earlier note", note] == capture.NOTES
+    # a report with them is within the schema
+    schema_max = verdict.schema()["$defs"]["runner"]["properties"]["builds"]["maxItems"]
+    assert schema_max == capture.MAX_BUILDS
 
 
 def torch_build(flags):

@@ -22,6 +22,9 @@ With a GPU lock (kbfuse.workflow.gpulock), the reference and the witness share t
 other jobs, and so does the candidate while it builds, runs its cases and builds its
 baselines; for its guards and timing it has the device alone (sandbox.Handoff: the wait is
 not counted against its time limit, and its processes are stopped while the parent waits).
+Before step 2 the check reserves the scratch disk its cases will take (diskbudget: checks
+beside each other wait for space rather than fill the disk, and one that cannot fit is refused
+before any child runs); the verdict's `scratch` says how much and how long it waited.
 The scratch folder is deleted afterwards unless `keep_scratch`. A problem of the harness (a
 missing task file, no bwrap, a reference that fails) raises KbfuseError and writes nothing;
 anything the candidate does ends in a verdict.
@@ -37,7 +40,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbfuse.candidates import bwrap, evidence, readback, verdict
+from kbfuse.candidates import bwrap, diskbudget, evidence, readback, verdict
 from kbfuse.candidates.reference import build_cases
 from kbfuse.candidates.sandbox import Handoff, Limits, run_child
 from kbfuse.candidates.spec import CANDIDATE_BYTES, check_settings
@@ -48,6 +51,9 @@ from kbfuse.workflow import gpulock
 
 ROLES = ("reference", "candidate", "witness")
 PLAN_KEYS = ("seeds", "distributions")
+# How long a check waits for its scratch disk (diskbudget), in its time limits: the checks
+# holding it each end within three children's time limits.
+DISK_WAIT_LIMITS = 4
 # a verdict's name with ".candidate.log" or its atomic write's temporary name must fit the
 # 255 bytes of a file name
 MAX_STEM_BYTES = 200
@@ -316,22 +322,26 @@ def check_candidate(
     logs = {role: logs_at / f"{out.stem}.{role}.log" for role in ROLES}
     for log in logs.values():
         log.unlink(missing_ok=True)
+    sizes = diskbudget.task_bytes(task_file)
+    need = None if sizes is None else diskbudget.scratch_need(sizes, len(plan(settings, contract)))
     root = Path(tempfile.mkdtemp(prefix="kbfuse-check-")).resolve()
     # none of these may be seen by a child, even where it lies in a folder a child can read
     # (a GPU lock file can be locked through a read-only view)
     locks = [gpulock.lock_dir()] + ([lock.path.parent] if hasattr(lock, "path") else [])
     hidden = tuple(p.resolve() for p in (root, out.parent, logs_at, *locks))
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
+    wait_s = DISK_WAIT_LIMITS * settings["time_limit_s"]
     try:
-        found = gather(
-            candidate,
-            task_file,
-            settings,
-            contract,
-            Scratch(root, binary, device, limits, hidden),
-            logs,
-            lock,
-        )
+        with diskbudget.reserve(need, root, gpulock.lock_dir(), wait_s) as scratch:
+            found = gather(
+                candidate,
+                task_file,
+                settings,
+                contract,
+                Scratch(root, binary, device, limits, hidden),
+                logs,
+                lock,
+            )
     finally:
         if keep_scratch:
             print(f"scratch kept: {root}")
@@ -347,6 +357,7 @@ def check_candidate(
     record = evidence.assemble(
         candidate, task_record, device, settings, survey, found, sandbox, contract
     )
+    record["scratch"] = scratch
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
     return record

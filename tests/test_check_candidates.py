@@ -78,6 +78,13 @@ def test_a_correct_candidate_passes_bit_for_bit(verdicts):
     sizes = diskbudget.TaskBytes(inputs=16 * 32 * 4, output=16 * 64 * 4)
     assert record["scratch"]["estimated_bytes"] == diskbudget.scratch_need(sizes, 5)
     assert record["scratch"]["waited_s"] >= 0
+    # where its wall time went: the reference's and candidate's processes ran, no witness
+    # (no GPU), the comparison of every case
+    phases = record["phases_s"]
+    assert list(phases) == ["scratch_wait", "reference", "candidate", "witness", "compare"]
+    assert phases["reference"] > 0.5 and phases["candidate"] > 0.5
+    assert phases["candidate"] >= record["processes"]["candidate"]["wall_s"]
+    assert phases["witness"] < 0.5 and phases["scratch_wait"] == record["scratch"]["waited_s"]
     assert record["checks"]["side_stream"]["status"] == "not_applicable"
     assert record["trivial"]["zeros"]["passes"] is False
     assert record["trivial"]["blind_spot"] is False

@@ -30,9 +30,15 @@ def config():
 
 def test_the_second_study_takes_the_top_levels_settings_and_its_own(config):
     second = fused2_config(config)
-    for key in INHERITED:
-        assert second[key] == config[key], key
     block = config["fused2"]
+    for key in INHERITED:
+        assert second[key] == block.get(key, config[key]), key
+    # its own baselines: the top level's and Inductor's max-autotune
+    assert second["baselines"] == [*config["baselines"], "inductor-max-autotune-no-cudagraphs"]
+    without = fused2_config(
+        {**config, "fused2": {k: v for k, v in block.items() if k != "baselines"}}
+    )
+    assert without["baselines"] == config["baselines"]
     assert second["tasks"] == block["tasks"] == [4, 65]
     assert second["variants"] == block["variants"]
     assert second["controls"] == {

@@ -149,6 +149,12 @@ OVERRIDES = [
     ),
     ("fused2.numerics", "fused2={numerics: strict}", ("fused2", "numerics"), "strict"),
     (
+        "fused2.baselines",
+        "fused2={baselines: [eager, torchscript]}",
+        ("fused2", "baselines"),
+        ["eager", "torchscript"],
+    ),
+    (
         "fused2.survey_summary",
         "fused2={survey_summary: /srv/survey}",
         ("fused2", "survey_summary"),

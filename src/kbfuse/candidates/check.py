@@ -37,6 +37,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,16 +260,26 @@ def run_witness(settings, runner: dict, scratch: Scratch, log, lock):
 def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dict, lock=None):
     """Run the reference, candidate and witness children; compare every planned case."""
     planned = plan(settings, contract)
+    phases, started = {}, time.monotonic()
+
+    def lap(phase: str) -> None:  # where a check's wall time goes (the verdict's phases_s)
+        nonlocal started
+        phases[phase] = round(time.monotonic() - started, 3)
+        started = time.monotonic()
+
     with _holding(lock, "shared"):
         cases, info, reference = run_reference(
             task_file, settings, contract, scratch, planned, logs["reference"]
         )
+    lap("reference")
     outcome, folder = run_candidate(
         candidate, task_file, settings, contract, cases, reference, scratch, logs["candidate"],
         lock,
     )  # fmt: skip
+    lap("candidate")
     runner, report_problem = evidence.read_report(folder / "out" / "runner.json", folder)
     witness, witness_outcome = run_witness(settings, runner, scratch, logs["witness"], lock)
+    lap("witness")
     finished = outcome.status == "exited" and outcome.returncode == 0
     expected = finished and report_problem is None and runner.get("failure") is None
     correctness = evidence.compare_all(
@@ -280,9 +291,11 @@ def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dic
         expected,
         runner.get("skipped_cases"),
     )
+    lap("compare")
     return evidence.Evidence(
-        info, cases, outcome, runner, report_problem, witness, witness_outcome, correctness
-    )
+        info, cases, outcome, runner, report_problem, witness, witness_outcome, correctness,
+        phases,
+    )  # fmt: skip
 
 
 def check_candidate(
@@ -358,6 +371,7 @@ def check_candidate(
         candidate, task_record, device, settings, survey, found, sandbox, contract
     )
     record["scratch"] = scratch
+    record["phases_s"] = {"scratch_wait": scratch["waited_s"], **found.phases_s}
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
     return record

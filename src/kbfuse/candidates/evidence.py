@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbfuse import untrusted
@@ -64,6 +64,8 @@ class Evidence:
     witness: list[dict] | None
     witness_outcome: Outcome | None
     correctness: dict
+    # wall seconds of each step of the parent: reference, candidate, witness, compare
+    phases_s: dict = field(default_factory=dict)
 
 
 def read_report(path: Path, folder: Path) -> tuple[dict, str | None]:

@@ -86,9 +86,9 @@ def test_scratch_need_counts_inputs_and_both_outputs_per_case():
     ("need", "free", "others", "expected"),
     [
         (10 * GB, 20 * GB, [], "go"),
-        # another check reserved 12 GB and wrote 4: 8 GB more will go
-        (10 * GB, 20 * GB, [{"bytes": 12 * GB, "used": 4 * GB}], "wait"),
-        (5 * GB, 20 * GB, [{"bytes": 12 * GB, "used": 4 * GB}], "go"),
+        # another check reserved 13 GB and wrote 4: 9 GB more will go
+        (10 * GB, 20 * GB, [{"bytes": 13 * GB, "used": 4 * GB}], "wait"),
+        (5 * GB, 20 * GB, [{"bytes": 13 * GB, "used": 4 * GB}], "go"),
         # what the others wrote comes back when they end: fits later
         (30 * GB, 20 * GB, [{"bytes": 14 * GB, "used": 14 * GB}], "wait"),
         # more than the disk could ever give it
@@ -132,7 +132,7 @@ def test_a_check_waits_for_another_checks_reservation_then_goes(tmp_path, monkey
     root.mkdir()
     other_root.mkdir()
     ledger = tmp_path / diskbudget.LEDGER
-    other = hold(ledger, other_root, 12 * GB, 1.0)
+    other = hold(ledger, other_root, 13 * GB, 1.0)
     try:
         with diskbudget.reserve(10 * GB, root, tmp_path, timeout_s=30) as info:
             assert other.poll() is not None  # granted only once the other check ended

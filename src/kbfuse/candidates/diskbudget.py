@@ -38,8 +38,8 @@ from pathlib import Path
 
 from kbfuse.errors import KbfuseError
 
-SLACK_BYTES = 2 << 30  # logs, records, the candidate's extension builds
-FREE_MARGIN_BYTES = 2 << 30  # never planned into: what the rest of the machine writes meanwhile
+SLACK_BYTES = 512 << 20  # logs, records, the candidate's extension builds
+FREE_MARGIN_BYTES = 1 << 30  # never planned into: what the rest of the machine writes meanwhile
 POLL_S = 2.0
 LEDGER = "kbfuse-scratch-budget"
 

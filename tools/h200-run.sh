@@ -176,7 +176,9 @@ if has bg-study; then
     --keep-going all --config "$kb"
 fi
 if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (docs/audit.md)
-  start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit --config "$kb" \
+  # AUDIT_JOBS: checks at a time (the profile's gpu_jobs, 6 by default; session 12 ran 6)
+  start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
+    --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}"
 fi
 if has bg-fused2; then

@@ -58,6 +58,23 @@ def verdicts(tmp_path_factory):
     } | {"_out": out}
 
 
+def test_the_pinned_tasks_scratch_disk_is_reserved(tmp_path, monkeypatch):
+    """With a commit (the task file is the pin's), the checker reads the task's sizes and
+    reserves its cases' bytes; the ledger is empty again afterwards."""
+    monkeypatch.setenv("KBFUSE_GPU_LOCK_DIR", str(tmp_path))
+    record = check_candidate(
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS,
+        device="cpu", commit="f" * 40,
+    )  # fmt: skip
+    assert record["verdict"] == "pass" and record["task"]["commit"] == "f" * 40
+    # 5 planned cases (2 trials, the changed weights, 2 distributions) of the 16 x 32 input
+    # and the 16 x 64 output
+    sizes = diskbudget.TaskBytes(inputs=16 * 32 * 4, output=16 * 64 * 4)
+    assert record["scratch"]["estimated_bytes"] == diskbudget.scratch_need(sizes, 5)
+    assert 0 <= record["scratch"]["waited_s"] < 5
+    assert list((tmp_path / diskbudget.LEDGER).glob("*.json")) == []
+
+
 def test_a_correct_candidate_passes_bit_for_bit(verdicts):
     record = verdicts["good"]
     assert record["verdict"] == "pass" and record["failed_checks"] == []
@@ -74,10 +91,9 @@ def test_a_correct_candidate_passes_bit_for_bit(verdicts):
     ]
     assert all(c["bit_identical"] and c["max_ulps"] == 0 for c in cases.values())
     assert cases["official_0"]["numel"] == 16 * 64
-    # the scratch disk it reserved: 5 planned cases of the 16 x 32 input and 16 x 64 output
-    sizes = diskbudget.TaskBytes(inputs=16 * 32 * 4, output=16 * 64 * 4)
-    assert record["scratch"]["estimated_bytes"] == diskbudget.scratch_need(sizes, 5)
-    assert record["scratch"]["waited_s"] >= 0
+    # a task file given without a pinned commit is never imported by the checker: no estimate
+    # of its scratch disk (test_the_pinned_tasks_scratch_disk_is_reserved)
+    assert record["scratch"] == {"estimated_bytes": None, "waited_s": 0.0}
     # where its wall time went: the reference's and candidate's processes ran, no witness
     # (no GPU), the comparison of every case
     phases = record["phases_s"]

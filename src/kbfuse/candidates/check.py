@@ -335,7 +335,10 @@ def check_candidate(
     logs = {role: logs_at / f"{out.stem}.{role}.log" for role in ROLES}
     for log in logs.values():
         log.unlink(missing_ok=True)
-    sizes = diskbudget.task_bytes(task_file)
+    # The scratch disk's estimate imports the task file here, as the survey imports the pinned
+    # KernelBench files; a task file that is not the pin's (`--task-file`, an audit judged
+    # against its corpus's own code: no commit) runs in the sandbox only, so it gets none.
+    sizes = diskbudget.task_bytes(task_file) if commit is not None else None
     need = None if sizes is None else diskbudget.scratch_need(sizes, len(plan(settings, contract)))
     root = Path(tempfile.mkdtemp(prefix="kbfuse-check-")).resolve()
     # none of these may be seen by a child, even where it lies in a folder a child can read

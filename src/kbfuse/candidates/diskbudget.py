@@ -13,7 +13,9 @@ checker's own.
 - `task_bytes(task_file)`: a task's input and output bytes, read on the CPU by building its
   Model and inputs under torch's FakeTensorMode (shapes and dtypes, no data) and calling the
   forward once, as kbfuse.survey.floor does. None when the fake forward cannot run (a
-  data-dependent shape): the check then runs without a reservation, as before.
+  data-dependent shape): the check then runs without a reservation, as before. It imports the
+  task file, so the check calls it for the pinned KernelBench file only (kbfuse.candidates.
+  check: a task file without a commit runs in the sandbox alone).
 - `scratch_need(sizes, cases)`: the bytes a check of `cases` cases writes, plus SLACK_BYTES
   for the logs, records and the candidate's build folders.
 - `reserve(need, root)`: held around the check's children. Reservations live in a ledger

@@ -199,3 +199,48 @@ def test_a_cold_l2_sample_flushes_before_the_start_event():
     measure = timing._events_pair(clock, 1, before=lambda: clock.log.append("flush"))
     measure(lambda: clock.log.append("call"))
     assert clock.log[:3] == ["flush", "device_sync", "record"]
+
+
+# ------------------------------------------------------------ rounds sized from the spread
+
+
+def sampler(values_by_name):
+    """A measure_pair returning each implementation's next value in turn."""
+    streams = {name: iter(values) for name, values in values_by_name.items()}
+
+    def measure(run):
+        return next(streams[run()])
+
+    return measure
+
+
+IMPLS = {"candidate": lambda: "candidate", "eager": lambda: "eager", "inductor": lambda: "inductor"}
+PROTOCOL = {"rounds": 30, "order_seed": 913}
+
+
+def test_a_quiet_block_ends_after_two_cycles():
+    measure = sampler({name: [1.0] * 100 for name in IMPLS})
+    block = timing._block(IMPLS, {**PROTOCOL, "spread": 0.02}, "events", measure, None)
+    # two cycles of three rounds, each implementation at each position twice
+    for name in IMPLS:
+        assert len(block[name]["samples_ms"]) == 6
+        assert sorted(block[name]["positions"]) == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_noisy_block_runs_every_round_and_no_spread_runs_them_all():
+    noisy = {name: [1.0, 2.0] * 50 for name in IMPLS}
+    block = timing._block(IMPLS, {**PROTOCOL, "spread": 0.02}, "events", sampler(noisy), None)
+    assert [len(block[n]["samples_ms"]) for n in IMPLS] == [30, 30, 30]
+    quiet = {name: [1.0] * 100 for name in IMPLS}
+    block = timing._block(IMPLS, {**PROTOCOL, "spread": None}, "events", sampler(quiet), None)
+    assert [len(block[n]["samples_ms"]) for n in IMPLS] == [30, 30, 30]
+
+
+def test_a_block_ends_at_the_first_cycle_where_every_implementation_settled():
+    # the candidate is noisy for its first four samples (two cycles), then steady
+    values = {name: [1.0] * 100 for name in IMPLS}
+    values["candidate"] = [1.0, 3.0, 1.0, 3.0] + [1.0] * 96
+    block = timing._block(IMPLS, {**PROTOCOL, "spread": 0.1}, "events", sampler(values), None)
+    # after two cycles its samples [1, 3, 1, 3, 1, 1] have an IQR of 1.5 (> 0.1 x median 1);
+    # after three, [1, 3, 1, 3, 1, 1, 1, 1, 1], of 0
+    assert {len(block[n]["samples_ms"]) for n in IMPLS} == {9}

@@ -77,6 +77,8 @@ def test_settings_defaults_and_merge():
     assert s["timing"]["warmup"] == spec.DEFAULTS["timing"]["warmup"]
     assert s["official_trials"] is None and s["seed"] is None  # the pinned evaluator's
     assert spec.check_settings(None) == spec.DEFAULTS
+    assert spec.DEFAULTS["timing"]["spread"] is None  # every block runs `rounds`
+    assert spec.check_settings({"timing": {"spread": 0.02}})["timing"]["spread"] == 0.02
 
 
 @pytest.mark.parametrize(
@@ -96,6 +98,10 @@ def test_settings_defaults_and_merge():
         ({"baselines": ["inductor"]}, r"check\.baselines is \['inductor'\]: a list that"),
         ({"baselines": ["eager", "tvm"]}, r"check\.baselines names 'tvm'; known"),
         ({"timing": {"cold_l2": "yes"}}, r"check\.timing\.cold_l2 is 'yes': it must be true"),
+        ({"timing": {"spread": 0}}, r"check\.timing\.spread is 0: a fraction between 0 and 1"),
+        ({"timing": {"spread": 1.5}}, r"check\.timing\.spread is 1\.5: a fraction"),
+        ({"timing": {"spread": True}}, r"check\.timing\.spread is True: a fraction"),
+        ({"timing": {"spread": "2%"}}, r"check\.timing\.spread is '2%': a fraction"),
         ({"in_manifest": 1}, r"check\.in_manifest is 1: it must be true or false"),
         ({"witness_cache": 3}, r"check\.witness_cache is 3: a folder or null"),
         ({"folder": ""}, r"check\.folder is '': it must be a folder path"),

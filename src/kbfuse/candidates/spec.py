@@ -72,6 +72,9 @@ DEFAULTS: dict[str, Any] = {
         "order_seed": 913,
         "cold_l2": True,
         "graph": True,
+        # None: every block runs `rounds`; a number: rounds sized from the measured spread
+        # (kbfuse.candidates.timing)
+        "spread": None,
     },
 }
 
@@ -214,4 +217,12 @@ def check_settings(given: Mapping[str, Any] | None) -> dict:
     for key in ("cold_l2", "graph"):
         if not isinstance(t[key], bool):
             raise KbfuseError(f"check.timing.{key} is {t[key]!r}: it must be true or false")
+    spread = t["spread"]
+    if spread is not None and (
+        isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0 < spread < 1
+    ):
+        raise KbfuseError(
+            f"check.timing.spread is {spread!r}: a fraction between 0 and 1 (the largest "
+            "interquartile range over median that ends a block early), or null"
+        )
     return s

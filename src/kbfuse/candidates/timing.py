@@ -16,6 +16,13 @@ sample, the same for every implementation:
            weights in L2.
   wall     (CPU only) time.perf_counter around `invocations_per_pair` calls.
 
+Rounds sized from the spread (`spread` in the protocol, check.timing.spread): a block runs
+whole cycles of its balanced order (one round per implementation each, so every
+implementation has taken every position equally often), at least two, and ends after the
+first cycle where every implementation's interquartile range is at most `spread` times its
+median, or after `rounds`. A quiet block on a quiet GPU then takes two cycles instead of
+`rounds`; a noisy one keeps going. Without it every block runs `rounds`.
+
 All clock functions are those captured before the candidate was imported (guards.Clock).
 """
 
@@ -71,11 +78,45 @@ def l2_flusher() -> Callable[[], None]:
     return flush
 
 
+def settled(samples: Mapping[str, list[float]], spread: float) -> bool:
+    """Is every implementation's interquartile range at most `spread` times its median?"""
+    import numpy as np
+
+    for values in samples.values():
+        q1, median, q3 = np.percentile(values, [25, 50, 75])
+        if q3 - q1 > spread * median:
+            return False
+    return True
+
+
+def _until_settled(impls, orders, measure_pair, log, label, spread):
+    """interleave() on whole cycles of `orders` until settled() after at least two."""
+    cycle = len(impls)
+    samples: dict[str, list[float]] = {name: [] for name in impls}
+    positions: dict[str, list[int]] = {name: [] for name in impls}
+    done = 0
+    while done < len(orders):
+        chunk = orders[done : done + cycle]
+        prefix = f"{label}: rounds {done + 1}-{done + len(chunk)}: "
+        more, where = interleave(impls, chunk, measure_pair, log, prefix)
+        for name in impls:
+            samples[name] += more[name]
+            positions[name] += where[name]
+        done += len(chunk)
+        if done >= 2 * cycle and settled(samples, spread):
+            break
+    return samples, positions
+
+
 def _block(impls, protocol, label, measure_pair, log) -> dict:
     orders = round_orders(
         list(impls), protocol["rounds"], block_seed(protocol["order_seed"], label)
     )
-    samples, positions = interleave(impls, orders, measure_pair, log, f"{label}: ")
+    spread = protocol.get("spread")
+    if spread is None:
+        samples, positions = interleave(impls, orders, measure_pair, log, f"{label}: ")
+    else:
+        samples, positions = _until_settled(impls, orders, measure_pair, log, label, spread)
     return {name: stats(samples[name], positions[name]) for name in impls}
 
 

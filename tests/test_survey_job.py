@@ -485,6 +485,45 @@ def test_what_counts_as_the_device_out_of_memory(error, message, expected):
     assert survey_job.out_of_memory(error, message) is expected
 
 
+class TracingCheckError(RuntimeError):
+    """torch.jit's: a trace's check wraps the error of the traced call."""
+
+
+def wrapped_out_of_memory() -> TracingCheckError:
+    try:
+        try:
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 4.46 GiB")
+        except OutOfMemoryError as exc:
+            raise TracingCheckError("Tracing failed sanity checks!\nERROR: ...") from exc
+    except TracingCheckError as wrapped:
+        return wrapped
+
+
+def test_an_out_of_memory_under_a_trace_runs_the_task_again_alone(surveyed, tmp_path, monkeypatch):
+    """The first line of a TorchScript trace's error does not say out of memory; its cause does
+    (task 65 in the second study on the H200, session 11)."""
+    rec, lock, calls = run_out_of_memory(
+        surveyed[1], tmp_path, monkeypatch, lambda n: n == 1, wrapped_out_of_memory()
+    )
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert calls == ["eager", "torchscript", "eager", "torchscript"]
+    assert rec["job"]["rerun_alone"] is True
+    assert rec["baselines"]["torchscript"]["status"] == "ok"
+
+
+def test_an_out_of_memory_under_a_trace_alone_is_recorded_as_such(surveyed, tmp_path, monkeypatch):
+    rec, lock, _ = run_out_of_memory(
+        surveyed[1], tmp_path, monkeypatch, lambda n: True, wrapped_out_of_memory()
+    )
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]  # once alone
+    assert rec["baselines"]["torchscript"]["failure"] == {
+        "stage": "build",
+        "error": "TracingCheckError",
+        "message": "Tracing failed sanity checks!",
+        "out_of_memory": True,
+    }
+
+
 def test_out_of_memory_when_alone_is_the_tasks_own_failure(surveyed, tmp_path, monkeypatch):
     rec, lock, _ = run_out_of_memory(surveyed[1], tmp_path, monkeypatch, lambda n: True)
     assert lock.events == ["shared in", "shared out", "alone in", "alone out"]  # once alone

@@ -50,7 +50,7 @@ from kbfuse.survey.settings import set_numerics
 from kbfuse.tasks.evaluator import read_contract_record
 from kbfuse.tasks.kernelbench import load_task, read_pin
 from kbfuse.workflow import devices, gpulock
-from kbfuse.workflow.outofmemory import out_of_memory, release_memory
+from kbfuse.workflow.outofmemory import is_out_of_memory, out_of_memory, release_memory
 
 KIND = "survey_task"
 SCHEMA_VERSION = 1
@@ -107,7 +107,11 @@ def _baseline_entry() -> dict:
 
 def _fail(entry: dict, stage: str, exc: BaseException, say) -> None:
     entry["status"] = "failed"
-    entry["failure"] = baselines.failure(stage, exc)
+    entry["failure"] = failure = baselines.failure(stage, exc)
+    if is_out_of_memory(exc) and not out_of_memory(failure["error"], failure["message"]):
+        # the device ran out of memory under a wrapper whose first line does not say so (a
+        # TorchScript trace's TracingCheckError): the job must still know, to run again alone
+        failure["out_of_memory"] = True
     say(f"  {stage} failed: {entry['failure']['error']}: {entry['failure']['message']}")
 
 
@@ -392,7 +396,7 @@ def survey_task(
                 subject = _references_and_builds(t, per_mode, job, phase)
                 rerun = _out_of_memory(per_mode)
             except Exception as exc:
-                if not _is_out_of_memory(exc):
+                if not is_out_of_memory(exc):
                     raise
                 rerun = True  # the model or its inputs did not fit on the device
     if rerun:
@@ -414,14 +418,11 @@ def survey_task(
     return {m.name: m.record for m in per_mode}
 
 
-def _is_out_of_memory(exc: BaseException) -> bool:
-    return out_of_memory(type(exc).__name__, baselines.first_line(exc))
-
-
 def _out_of_memory(per_mode: list[_Mode]) -> bool:
     """Did any baseline of any mode fail for want of device memory?"""
     return any(
-        out_of_memory(entry["failure"]["error"], entry["failure"]["message"])
+        entry["failure"].get("out_of_memory")
+        or out_of_memory(entry["failure"]["error"], entry["failure"]["message"])
         for m in per_mode
         for entry in (m.record.get("baselines") or {}).values()
         if entry.get("failure")

@@ -101,6 +101,12 @@ def test_a_correct_candidate_passes_bit_for_bit(verdicts):
     assert phases["reference"] > 0.5 and phases["candidate"] > 0.5
     assert phases["candidate"] >= record["processes"]["candidate"]["wall_s"]
     assert phases["witness"] < 0.5 and phases["scratch_wait"] == record["scratch"]["waited_s"]
+    # and inside the candidate's process, as it reports: every stage ran, none waited for the
+    # GPU alone (no lock given), the stages fit inside the process's wall time
+    stages = record["stage_s"]
+    assert set(stages) == {"build", "correctness", "baselines", "alone_wait", "guards", "timing"}
+    assert stages["alone_wait"] < 0.05 and stages["timing"] > 0
+    assert sum(stages.values()) <= record["processes"]["candidate"]["wall_s"]
     assert record["checks"]["side_stream"]["status"] == "not_applicable"
     assert record["trivial"]["zeros"]["passes"] is False
     assert record["trivial"]["blind_spot"] is False

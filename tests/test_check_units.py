@@ -415,3 +415,17 @@ def test_trivial_status_comes_from_the_survey_record_when_there_is_one(tmp_path)
     )
     survey.write_text(json.dumps({"kind": "survey_task"}))  # no blind spots recorded
     assert trivial_status(computed, survey)[1] == "computed by the reference process"
+
+
+def test_stage_seconds_are_kept_only_as_the_runner_writes_them():
+    from kbfuse.candidates.evidence import _stage_seconds
+
+    good = {"build": 1.5, "correctness": 0.2, "alone_wait": 0, "timing": 3}
+    assert _stage_seconds(good) == good
+    # a forged or broken report is dropped, not passed into the verdict
+    assert _stage_seconds({"build": -1.0}) is None
+    assert _stage_seconds({"build": True}) is None
+    assert _stage_seconds({"sleep": 1.0}) is None
+    assert _stage_seconds({"build": "1"}) is None
+    assert _stage_seconds(["build", 1.0]) is None
+    assert _stage_seconds(None) is None

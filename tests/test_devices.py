@@ -110,8 +110,10 @@ def test_one_device_job_takes_the_same_lock_as_before(tmp_path, monkeypatch, no_
     with jobs.job(tmp_path / "log.txt", "timing", gpu=True, gpu_lock="alone"):
         assert devices.VISIBLE not in os.environ
         assert sorted(p.name for p in tmp_path.glob("kbfuse-gpu-*")) == [
-            "kbfuse-gpu-GPU-only-one.lock", "kbfuse-gpu-GPU-only-one.turnstile"
-        ]  # fmt: skip
+            "kbfuse-gpu-GPU-only-one.lock",
+            "kbfuse-gpu-GPU-only-one.queue",
+            "kbfuse-gpu-GPU-only-one.turnstile",
+        ]
     assert held == {"how": "alone"}
 
 
@@ -231,12 +233,13 @@ def test_a_second_timing_job_on_one_device_waits_for_the_first(tmp_path):
     assert [e[1] for e in events] == ["in", "out", "in", "out"]
 
 
-@pytest.mark.parametrize("what", ["turnstile", "path"])
-def test_a_job_holding_or_waiting_for_the_lock_makes_the_device_busy(tmp_path, what):
-    """A job waiting to be alone holds the device's turnstile; a job on it holds its lock."""
+@pytest.mark.parametrize(("what", "how"), [("turnstile", "EX"), ("path", "EX"), ("queue", "SH")])
+def test_a_job_holding_or_waiting_for_the_lock_makes_the_device_busy(tmp_path, what, how):
+    """A job waiting to be alone holds the device's queue (shared) and turnstile; a job on it
+    holds its lock."""
     (only,) = fake_devices(1)
     assert not devices.in_use(tmp_path, only)
-    child = _hold_in_child(tmp_path, only, what)
+    child = _hold_in_child(tmp_path, only, what, how)
     try:
         assert devices.in_use(tmp_path, only)
     finally:
@@ -245,15 +248,15 @@ def test_a_job_holding_or_waiting_for_the_lock_makes_the_device_busy(tmp_path, w
     assert not devices.in_use(tmp_path, only)
 
 
-def _hold_in_child(folder: Path, device: Device, what: str) -> subprocess.Popen:
-    """A child process holding `device`'s turnstile (as a job waiting to be alone does) or its
-    lock (`path`)."""
+def _hold_in_child(folder: Path, device: Device, what: str, how: str) -> subprocess.Popen:
+    """A child process holding `device`'s queue or turnstile (as a job waiting to be alone
+    does) or its lock (`path`), flock'ed `how` (EX or SH)."""
     code = textwrap.dedent(f"""
         import fcntl, sys, time
         from kbfuse.workflow.gpulock import GpuLock
         lock = GpuLock({device.uuid!r}, {str(folder)!r})
         fh = open(lock.{what}, "a")
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        fcntl.flock(fh, fcntl.LOCK_{how})
         print("held", flush=True)
         time.sleep(60)
     """)

@@ -71,6 +71,45 @@ def test_a_job_alone_waits_for_the_sharing_ones_and_keeps_them_out(tmp_path):
     ]
 
 
+def test_every_waiting_timer_goes_before_a_waiting_sharer(tmp_path):
+    # A build holds the device; t0 comes to time; `late` asks to share (a job starting its
+    # build); then t1 comes to time. In the order they asked, `late` would share next and t1
+    # would wait for its whole build; timing goes first, so t1 times before `late` shares.
+    log = Log()
+    build = hold(tmp_path, "shared", "build", log, 0.3)
+    time.sleep(0.05)
+    t0 = hold(tmp_path, "alone", "t0", log, 0.15)
+    time.sleep(0.05)
+    late = hold(tmp_path, "shared", "late", log, 0.01)
+    time.sleep(0.05)
+    t1 = hold(tmp_path, "alone", "t1", log, 0.15)
+    for thread in (build, t0, late, t1):
+        thread.join()
+    assert log.events == [
+        ("build", "in"),
+        ("build", "out"),
+        ("t0", "in"),
+        ("t0", "out"),
+        ("t1", "in"),
+        ("t1", "out"),
+        ("late", "in"),
+        ("late", "out"),
+    ]
+
+
+def test_a_sharer_is_not_held_back_once_no_one_waits_to_time(tmp_path):
+    log = Log()
+    timer = hold(tmp_path, "alone", "timer", log, 0.1)
+    time.sleep(0.03)
+    sharers = [hold(tmp_path, "shared", f"s{i}", log, 0.2) for i in range(2)]
+    for thread in (timer, *sharers):
+        thread.join()
+    whats = [what for _, what in log.events]
+    # the timer, then both sharers inside at once
+    assert log.events[:2] == [("timer", "in"), ("timer", "out")]
+    assert whats[2:] == ["in", "in", "out", "out"]
+
+
 def test_two_timers_never_overlap(tmp_path):
     log = Log()
     threads = [hold(tmp_path, "alone", f"t{i}", log, 0.05) for i in range(4)]

@@ -1,5 +1,5 @@
 """The GPU lock's details that tests/test_gpulock.py leaves open (found by mutation testing,
-docs/mutation.md): what each hold takes on the lock and the turnstile files, what it gives
+docs/mutation.md): what each hold takes on the lock, turnstile and queue files, what it gives
 back (also after an error), how waiting adds up, and the names of the files.
 
 flock treats two open() of one file as two holders even in one process, so a second open
@@ -37,6 +37,7 @@ def test_shared_lets_others_share_but_keeps_a_timer_out(tmp_path):
         assert can_take(lock.path, fcntl.LOCK_SH)
         assert not can_take(lock.path, fcntl.LOCK_EX)
         assert can_take(lock.turnstile, fcntl.LOCK_EX)  # the turnstile is passed, not kept
+        assert can_take(lock.queue, fcntl.LOCK_EX)  # and a sharer leaves no one queued
     assert lock.held is None
     assert can_take(lock.path, fcntl.LOCK_EX)
 
@@ -47,8 +48,12 @@ def test_alone_keeps_everyone_out_and_gives_the_lock_back(tmp_path):
         assert lock.held == "alone"
         assert not can_take(lock.path, fcntl.LOCK_SH)
         assert can_take(lock.turnstile, fcntl.LOCK_EX)
+        # queued while alone: other timers may queue too, sharers wait
+        assert can_take(lock.queue, fcntl.LOCK_SH)
+        assert not can_take(lock.queue, fcntl.LOCK_EX)
     assert lock.held is None
     assert can_take(lock.path, fcntl.LOCK_EX)
+    assert can_take(lock.queue, fcntl.LOCK_EX)
 
 
 def test_an_error_inside_gives_the_lock_back(tmp_path):
@@ -95,6 +100,7 @@ def test_file_names_keep_safe_characters_and_replace_the_rest(tmp_path):
     lock = GpuLock("GPU-a.b_c/d e:f", tmp_path)
     assert lock.path == tmp_path / "kbfuse-gpu-GPU-a.b_c_d_e_f.lock"
     assert lock.turnstile == tmp_path / "kbfuse-gpu-GPU-a.b_c_d_e_f.turnstile"
+    assert lock.queue == tmp_path / "kbfuse-gpu-GPU-a.b_c_d_e_f.queue"
     assert lock.held is None
 
 

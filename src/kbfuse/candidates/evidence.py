@@ -36,6 +36,8 @@ NO_OUTPUT = "no output"
 MAX_WITNESS_BUILDS = 8  # distinct flag sets measured by the witness
 OUTPUT_SLACK_BYTES = 1 << 20  # an output file may exceed twice its reference by this much
 # The fields of the record and the checks that come from the candidate's own report.
+# the candidate process's stages (kbfuse.candidates.runner), the guards stage in its parts
+STAGE_NAMES = ("build", "correctness", "baselines", "alone_wait", "guards", "timing")
 SELF_REPORTED = {
     "fields": [
         "failure",
@@ -43,6 +45,7 @@ SELF_REPORTED = {
         "baselines",
         "timing",
         "speedup",
+        "stage_s",
         "contract.builds",
         "contract.ninja",
         "contract.witness",
@@ -239,6 +242,22 @@ def official_block(contract: Mapping) -> dict:
     }
 
 
+def _stage_seconds(reported) -> dict | None:
+    """The candidate's stage walls (runner.json's stage_s) where they are what the runner
+    writes (names and non-negative numbers), else None."""
+    if not isinstance(reported, dict) or len(reported) > len(STAGE_NAMES):
+        return None
+    if not all(
+        name in STAGE_NAMES
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 <= value < 1e9
+        for name, value in reported.items()
+    ):
+        return None
+    return dict(reported)
+
+
 def assemble(
     candidate: Path,
     task: dict,
@@ -297,6 +316,7 @@ def assemble(
         "baselines": runner.get("baselines"),
         "timing": timing,
         "speedup": verdict.speedups(timing),
+        "stage_s": _stage_seconds(runner.get("stage_s")),
     }
     record["verdict"], record["failed_checks"] = verdict.decide(checks)
     record["findings"] = verdict.findings(record)

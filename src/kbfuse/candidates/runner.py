@@ -17,9 +17,11 @@ with its stage name and the run stopped there:
                the candidate's output after the timed region written to
                outputs/after_timing.pt.
 
-runner.json holds the captured builds, the build.ninja flags, the guards' findings and the
-timing. It is written by the candidate's process, so a hostile candidate could forge it
-(docs/check.md); the outputs are compared with the reference in the parent.
+runner.json holds the captured builds, the build.ninja flags, the guards' findings, the
+timing and each stage's wall seconds (`stage_s`; the guards stage split into its baselines'
+builds, the wait for the GPU alone and the guards themselves). It is written by the
+candidate's process, so a hostile candidate could forge it (docs/check.md); the outputs are
+compared with the reference in the parent.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Runner:
             "lazy": [],
             "cases_run": [],
             "skipped_cases": {},
+            "stage_s": {},
         }
 
     def log(self, line: str) -> None:
@@ -146,6 +149,12 @@ class Runner:
         plain = output.detach().as_subclass(torch.Tensor).clone().cpu()
         save_tensors(self.out / "outputs" / f"{name}.pt", plain)
 
+    def lap(self, name: str, since: float) -> float:
+        """Record the wall seconds since `since` as stage_s[name]; the clock's now."""
+        now = self.clock.perf_counter()
+        self.record["stage_s"][name] = round(now - since, 3)
+        return now
+
     def ask_alone(self) -> None:
         """Have the GPU alone from here on (the guards' race check and the timing): ask the
         parent (sandbox.Handoff) and wait until it has the GPU lock alone for this process."""
@@ -172,10 +181,14 @@ class Runner:
     def guard_stage(self) -> None:
         """Set up the timing's instances, build the baselines, then, with the GPU alone, the
         guards' profiles and race check."""
+        started = self.clock.perf_counter()
         self.timing_setup()
         self.prepare_baselines()
+        started = self.lap("baselines", started)
         self.ask_alone()
+        started = self.lap("alone_wait", started)
         self.guard_checks()
+        self.lap("guards", started)
 
     def guard_checks(self) -> None:
         if self.device != "cuda":
@@ -257,8 +270,11 @@ class Runner:
         self.record["stages_done"] = []
         for stage, step in stages:
             self.log(f"kbfuse check: stage {stage}")
+            started = self.clock.perf_counter()
             try:
                 step()
+                if stage != "guards":  # split into its parts there
+                    self.lap(stage, started)
             except Exception as exc:  # noqa: BLE001 - recorded with its stage
                 self.record["failure"] = error_record(exc, stage)
                 self.log(self.record["failure"]["traceback"])

@@ -169,7 +169,7 @@ def load_of(folder: Path, device: Device) -> int:
 def in_use(folder: Path, device: Device) -> bool:
     """Does any job hold `device`'s GPU lock, or wait to have it alone?"""
     lock = gpulock.GpuLock(device.uuid, folder)
-    return not (_free(lock.turnstile) and _free(lock.path))
+    return not all(_free(path) for path in (lock.queue, lock.turnstile, lock.path))
 
 
 def take_slot(folder: Path, device: Device):

@@ -8,11 +8,16 @@ device, held in one of two ways:
 - `alone()`: timing and profiling: no other job holds the lock in any way. The study's and the
   check's GPU jobs hold it alone for their whole life (kbfuse.workflow.jobs.job).
 
-A job waiting to be alone goes before jobs that ask to share after it: every request first
-passes a turnstile lock, which the waiting job holds, so a stream of builds cannot starve
-timing. The locks are `fcntl.flock` on two files named after the device (its UUID, or the
-host for the CPU) in the system's temporary folder (`KBFUSE_GPU_LOCK_DIR` overrides it; it must
-be a folder every job on the machine sees). The kernel releases them when a process dies, so a
+Timing goes first: a job that asks to share waits while any job waits to be alone or is
+alone (each of those holds the `queue` file shared; a sharer takes it exclusively for a
+moment before it asks). So the jobs that have finished building time one after the other, and
+a build that starts in between never keeps them all waiting for its whole length (the audit's
+checks, several at a time, time back to back). Every request then passes a turnstile lock,
+which the job waiting to be alone holds, so no more sharers join those inside while it waits.
+Sharers wait only as long as the jobs at a time take to time, each once per stage. The locks
+are `fcntl.flock` on three files named after the device (its UUID, or the host for the CPU)
+in the system's temporary folder (`KBFUSE_GPU_LOCK_DIR` overrides it; it must be a folder
+every job on the machine sees). The kernel releases them when a process dies, so a
 killed job never leaves a stale lock. Seconds spent waiting are counted (`waited_s`).
 
 On a machine with several GPUs a job is placed on one of them before CUDA starts in it
@@ -64,6 +69,7 @@ class GpuLock:
         folder = lock_dir() if folder is None else Path(folder)
         self.path = folder / f"kbfuse-gpu-{safe}.lock"
         self.turnstile = folder / f"kbfuse-gpu-{safe}.turnstile"
+        self.queue = folder / f"kbfuse-gpu-{safe}.queue"
         self.waited_s = 0.0
         self.held: str | None = None
 
@@ -72,7 +78,16 @@ class GpuLock:
         if self.held is not None:
             raise KbfuseError(f"GPU lock {self.path}: asked to be {how} while already {self.held}")
         start = time.perf_counter()
-        with open(self.turnstile, "a") as gate, open(self.path, "a") as lock:
+        with (
+            open(self.queue, "a") as queue,
+            open(self.turnstile, "a") as gate,
+            open(self.path, "a") as lock,
+        ):
+            if mode == fcntl.LOCK_EX:  # queued to time: sharers wait until it has timed
+                fcntl.flock(queue, fcntl.LOCK_SH)
+            else:  # no job waiting to time or timing
+                fcntl.flock(queue, fcntl.LOCK_EX)
+                fcntl.flock(queue, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_EX)
             try:
                 fcntl.flock(lock, mode)

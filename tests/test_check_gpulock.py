@@ -94,6 +94,8 @@ def test_the_candidate_shares_the_device_until_its_guards_and_times_it_alone(tmp
         ("shared", "end"),
         ("alone", "begin"),  # the candidate: guards and timing
         ("alone", "end"),
+        ("shared", "begin"),  # the parent compares the cases on the device
+        ("shared", "end"),
     ]
     assert lock.events[2][2] == ["reference"]  # the candidate's process had not started
     assert lock.candidate_states == ["T"]  # stopped while the parent waits for the lock
@@ -115,7 +117,8 @@ def test_a_candidate_that_does_not_build_never_asks_for_the_device_alone(tmp_pat
         FIXTURE / "probe.py", 2, 53, TASK53, tmp_path / "probe.json", CONTRACT, SETTINGS,
         device="cpu", log_dir=logs, lock=lock,
     )  # fmt: skip
-    assert [how for how, when, _ in lock.events if when == "begin"] == ["shared", "shared"]
+    # the reference, the candidate's build, the comparison (of nothing: no output)
+    assert [how for how, when, _ in lock.events if when == "begin"] == ["shared"] * 3
     assert record["failed_checks"] == ["build"]
     # only the moments its shared hold took to begin (on a loaded machine, milliseconds); the
     # wait to be alone it never made would be counted here too

@@ -172,3 +172,27 @@ def test_a_patched_event_timer_is_named_and_does_not_change_the_figures(corpus):
     assert record["guards"]["patched"]["after_import"] == ["torch.cuda.Event.elapsed_time"]
     samples = record["timing"]["events"]["candidate"]["samples_ms"]
     assert min(samples) > 0.001  # the patch returns 0.001 ms; kbfuse's clock is the original
+
+
+def test_cases_compare_on_the_gpu_as_on_the_cpu():
+    """The parent compares a check's outputs on its device: every figure of a case record is
+    the CPU's, for signed zeros, NaN against a number, infinities and one ULP apart."""
+    import torch
+
+    from kbfuse.candidates.compare import compare_case
+
+    contract = {"atol": 1e-2, "rtol": 1e-2, "argument_order": ["reference", "candidate"]}
+    generator = torch.Generator().manual_seed(7)
+    reference = torch.randn(1 << 20, generator=generator)
+    candidate = reference.clone()
+    candidate[:1000] = torch.nextafter(candidate[:1000], torch.tensor(float("inf")))
+    candidate[1000] = -0.0 if reference[1000] == 0 else reference[1000] * 1.5
+    reference[2000], candidate[2000] = 0.0, -0.0
+    candidate[3000] = float("nan")
+    reference[4000] = candidate[4000] = float("inf")
+    on_cpu = compare_case(reference, candidate, contract)
+    on_gpu = compare_case(reference, candidate, contract, "cuda")
+    assert on_gpu == on_cpu
+    assert on_gpu["max_ulps"] == 2**32 and on_gpu["nonfinite_candidate"] == 2
+    # 1000 one ULP up, one changed, the signed zero and the NaN differ in their bits
+    assert on_gpu["bit_equal"] == (1 << 20) - 1003 and on_gpu["official_pass"] is False

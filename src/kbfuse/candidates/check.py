@@ -14,7 +14,8 @@ The parent (this process) never imports the candidate. It
      can see (read-only), under the wall-time and memory limits (sandbox);
   4. on a GPU, runs the `witness` child on the flags the candidate reports it built with;
   5. once every process of a child is gone, reads what it left within bounds (readback),
-     compares every planned case with the reference (evidence), decides (verdict), validates
+     compares every planned case with the reference on the check's device (evidence; with
+     a GPU lock, held shared), decides (verdict), validates
      the record against its schema and writes it, once and atomically, with the children's
      logs beside it. No child ever sees the verdict folder, the log folder or the scratch
      folders of the others.
@@ -282,15 +283,17 @@ def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dic
     lap("witness")
     finished = outcome.status == "exited" and outcome.returncode == 0
     expected = finished and report_problem is None and runner.get("failure") is None
-    correctness = evidence.compare_all(
-        cases,
-        reference,
-        folder,
-        contract,
-        settings["memory_limit_mb"] << 20,
-        expected,
-        runner.get("skipped_cases"),
-    )
+    with _holding(lock, "shared"):  # compared on the device, beside other jobs' builds
+        correctness = evidence.compare_all(
+            cases,
+            reference,
+            folder,
+            contract,
+            settings["memory_limit_mb"] << 20,
+            expected,
+            runner.get("skipped_cases"),
+            scratch.device,
+        )
     lap("compare")
     return evidence.Evidence(
         info, cases, outcome, runner, report_problem, witness, witness_outcome, correctness,

@@ -1,11 +1,14 @@
 """Comparing a candidate's outputs with the reference's, in the parent process.
 
-Both sides' tensors are read with `torch.load(weights_only=True)` and compared on the CPU:
-per case the official predicate (kbfuse.checks.official.passes: `torch.allclose` with the
-pinned KernelBench's tolerance and argument order, from its kernelbench_contract), the number
-of bit-identical elements, the largest absolute error and the largest error in units in the
-last place (ULPs: the distance between the two float32 values along the ordered float32
-line; 0 for bit-identical, 1 for adjacent floats; NaN against a number counts as 2^32).
+Both sides' tensors are read with `torch.load(weights_only=True)` and compared on the device
+the check ran on (the pinned evaluator compares its outputs on the GPU; a GPU also compares a
+case of hundreds of MB in milliseconds, where the CPU took seconds per case, minutes per check
+beside other checks). Per case: the official predicate (kbfuse.checks.official.passes:
+`torch.allclose` with the pinned KernelBench's tolerance and argument order, from its
+kernelbench_contract), the number of bit-identical elements, the largest absolute error and
+the largest error in units in the last place (ULPs: the distance between the two float32
+values along the ordered float32 line; 0 for bit-identical, 1 for adjacent floats; NaN
+against a number counts as 2^32).
 
 `cached_calls` finds the caching signature: two calls of one model instance whose outputs are
 bit-identical while the reference outputs of the same two cases differ (compared through
@@ -41,8 +44,9 @@ def max_ulps(reference: torch.Tensor, candidate: torch.Tensor) -> int:
     return int(distance.max().item())
 
 
-def compare_case(reference, candidate, contract: Mapping) -> dict:
-    """The case record: problem (None when comparable), pass, bits, errors."""
+def compare_case(reference, candidate, contract: Mapping, device: str = "cpu") -> dict:
+    """The case record: problem (None when comparable), pass, bits, errors; computed on
+    `device`."""
     base = {"numel": int(reference.numel()) if isinstance(reference, torch.Tensor) else 0}
     if not isinstance(candidate, torch.Tensor):
         return {**base, "problem": f"output is {type(candidate).__name__}", "official_pass": False}
@@ -52,7 +56,7 @@ def compare_case(reference, candidate, contract: Mapping) -> dict:
     if candidate.dtype != torch.float32 or reference.dtype != torch.float32:
         problem = f"dtype {candidate.dtype}, expected {reference.dtype}"
         return {**base, "problem": problem, "official_pass": False}
-    ref, cand = reference.contiguous(), candidate.contiguous()
+    ref, cand = reference.to(device).contiguous(), candidate.to(device).contiguous()
     bit_equal = int((ref.view(torch.int32) == cand.view(torch.int32)).sum().item())
     diff = (ref.double() - cand.double()).abs()
     finite = diff[torch.isfinite(diff)]
@@ -75,7 +79,7 @@ def fingerprint(value) -> str | None:
     if not isinstance(value, torch.Tensor):
         return None
     digest = hashlib.sha256(f"{value.dtype} {list(value.shape)}".encode())
-    digest.update(value.contiguous().view(torch.uint8).numpy().tobytes())
+    digest.update(memoryview(value.detach().cpu().contiguous().view(torch.uint8).numpy()))
     return digest.hexdigest()
 
 

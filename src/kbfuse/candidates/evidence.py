@@ -136,7 +136,9 @@ def output_limit(ref_out: Path, cases: list[dict]) -> int:
     return 2 * max(sizes, default=0) + OUTPUT_SLACK_BYTES
 
 
-def _compare_one(reference, path: Path, folder: Path, contract: Mapping, limit: int):
+def _compare_one(
+    reference, path: Path, folder: Path, contract: Mapping, limit: int, device: str = "cpu"
+):
     """A case record and the output's fingerprint; a missing or unreadable output is a
     failing case naming why."""
     numel = int(reference.numel())
@@ -146,7 +148,7 @@ def _compare_one(reference, path: Path, folder: Path, contract: Mapping, limit: 
         output = readback.load_tensors(path, folder, limit)
     except KbfuseError as exc:
         return {"numel": numel, "problem": f"output not read: {exc}", "official_pass": False}, None
-    record = compare.compare_case(reference, output, contract)
+    record = compare.compare_case(reference, output, contract, device)
     return record, compare.fingerprint(output)
 
 
@@ -158,6 +160,7 @@ def compare_all(
     reference_limit: int,
     expected: bool,
     skipped: dict[str, str] | None = None,
+    device: str = "cpu",
 ) -> dict:
     """Every planned case (and the output after timing, on official_0's reference) compared
     with the reference under the official check of `contract` (kbfuse.checks.official: the
@@ -166,7 +169,8 @@ def compare_all(
     `expected`: the candidate's process ended without a failure, so a missing output is a
     failing case; otherwise a case without an output is left out (its check is `not_run`; the
     failure already fails the verdict). `skipped`: the cases its report says it skipped
-    (only `weights` may be)."""
+    (only `weights` may be). `device`: where the tensors are compared
+    (kbfuse.candidates.compare)."""
     import torch
 
     from kbfuse.checks import official
@@ -185,13 +189,15 @@ def compare_all(
         if not isinstance(reference, torch.Tensor):
             raise KbfuseError(f"reference output {ref_path} is not a tensor")
         path = cand_out / "outputs" / f"{name}.pt"
-        record, printed = _compare_one(reference, path, candidate_folder, contract, limit)
+        record, printed = _compare_one(reference, path, candidate_folder, contract, limit, device)
         if record["problem"] == NO_OUTPUT and not expected:
             continue
         records[name] = record
         if name != AFTER_TIMING:
             outputs[name] = printed
             references[name] = compare.fingerprint(reference)
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the parent keeps no device memory for the rest of its job
     return {
         **official.tolerance(contract),
         "cases": records,

@@ -189,6 +189,15 @@ if has bg-fused2; then
     TRITON_CACHE_DIR=/tmp/fused2-caches/triton python3 -m snakemake --cores "$(nproc)" \
     --keep-going fused2 --config "$kb"
 fi
+# A call can be stopped before WAIT_UNTIL (its limit is the session's device time left, the
+# machine's start included: session 13's third call was stopped at 482 s and returned nothing),
+# so the wait leaves a snapshot of the results and logs in the returned folder every minute.
+snapshot() {
+  tar czf "$RETURN/partial.tar.gz.tmp" --exclude=results/kernelbench/checkout \
+    --exclude=results/report.html --exclude=results/survey/.cache results .snakemake/log \
+    "$bg" 2>/dev/null
+  mv "$RETURN/partial.tar.gz.tmp" "$RETURN/partial.tar.gz"
+}
 if has wait; then
   stamp wait
   while [ "$SECONDS" -lt "${WAIT_UNTIL:-560}" ]; do
@@ -196,7 +205,9 @@ if has wait; then
     for f in "$bg"/*.start; do [ -e "$f" ] && [ ! -e "${f%.start}.end" ] && running=1; done
     [ "$running" = 0 ] && break
     sleep 5
+    if [ $(( SECONDS % 60 )) -lt 5 ]; then snapshot; fi
   done
+  rm -f "$RETURN/partial.tar.gz"  # the full pack below replaces it
 fi
 if [ -d "$bg" ]; then
   for f in "$bg"/*.start; do

@@ -429,3 +429,31 @@ def test_stage_seconds_are_kept_only_as_the_runner_writes_them():
     assert _stage_seconds({"build": "1"}) is None
     assert _stage_seconds(["build", 1.0]) is None
     assert _stage_seconds(None) is None
+
+
+def test_a_case_the_device_has_no_memory_for_is_compared_on_the_cpu(monkeypatch):
+    import torch
+
+    from kbfuse.candidates import compare, evidence
+
+    real = compare.compare_case
+    devices = []
+
+    def short_of_memory(reference, candidate, contract, device="cpu"):
+        devices.append(device)
+        if device != "cpu":
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(reference, candidate, contract, device)
+
+    monkeypatch.setattr(compare, "compare_case", short_of_memory)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    contract = {"atol": 1e-2, "rtol": 1e-2, "argument_order": ["reference", "candidate"]}
+    x = torch.arange(6, dtype=torch.float32)
+    record = evidence.compare_on("cuda", x, x.clone(), contract)
+    assert devices == ["cuda", "cpu"]
+    assert record["bit_identical"] is True and record["official_pass"] is True
+    # on the CPU itself there is nowhere else to go: the error is the harness's
+    monkeypatch.setattr(compare, "compare_case", lambda *a: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("host")))  # fmt: skip
+    with pytest.raises(torch.OutOfMemoryError, match="host"):
+        evidence.compare_on("cpu", x, x, contract)

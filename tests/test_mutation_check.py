@@ -531,9 +531,11 @@ def test_a_reference_larger_than_the_memory_limit_is_refused(tmp_path, children,
     children(change=same)
     original = check.evidence.compare_all
 
-    def spy(cases, reference, candidate, tolerance, reference_limit, expected, skipped=None):
+    def spy(cases, reference, candidate, tolerance, reference_limit, expected, skipped, device):
         spy.limit = reference_limit
-        return original(cases, reference, candidate, tolerance, reference_limit, expected, skipped)
+        return original(
+            cases, reference, candidate, tolerance, reference_limit, expected, skipped, device
+        )
 
     monkeypatch.setattr(check.evidence, "compare_all", spy)
     judge(tmp_path, {"memory_limit_mb": 300})
@@ -558,7 +560,8 @@ def test_with_a_gpu_lock_the_candidate_gets_the_handoff_and_the_reference_shares
 
     fake = children(change=same)
     judge(tmp_path, lock=Lock())
-    assert held == ["shared"]  # the reference; the candidate's hold is its Handoff's
+    # the reference, then the comparison; the candidate's hold is its Handoff's
+    assert held == ["shared", "shared"]
     cand = fake.calls[1]
     folder = cand["view"].folder
     assert cand["request"]["handoff"] == {
@@ -622,6 +625,12 @@ def test_on_a_gpu_the_witness_measures_what_the_candidate_built(tmp_path, monkey
     candidate = tmp_path / "mine.py"
     out = tmp_path / "gpu" / "mine.json"
     settings = {**SETTINGS, "unsandboxed": True, "witness_cache": str(tmp_path / "cache")}
+    # this machine has no GPU: the parent's comparison, which would run on it, runs here
+    original = evidence.compare.compare_case
+    monkeypatch.setattr(
+        evidence.compare, "compare_case", lambda ref, cand, contract, device: original(
+            ref, cand, contract)
+    )  # fmt: skip
     record = check.check_candidate(candidate, 2, 53, TASK53, out, CONTRACT, settings, device="cuda")
     call = fake.calls[-1]
     assert call["role"] == "witness" and call["view"].gpu is True

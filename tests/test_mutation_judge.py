@@ -202,8 +202,8 @@ def test_the_comparison_uses_the_tolerance_it_records(tmp_path):
 def test_planted_a_tolerance_other_than_the_recorded_one_is_caught(tmp_path, monkeypatch, factor):
     original = evidence.compare.compare_case
 
-    def planted(reference, candidate, judged):
-        return original(reference, candidate, {**judged, "rtol": judged["rtol"] * factor})
+    def planted(reference, candidate, judged, device="cpu"):
+        return original(reference, candidate, {**judged, "rtol": judged["rtol"] * factor}, device)
 
     monkeypatch.setattr(evidence.compare, "compare_case", planted)
     with pytest.raises(AssertionError, match="assert"):

@@ -178,7 +178,9 @@ fi
 if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (docs/audit.md)
   # AUDIT_JOBS: checks at a time (the profile's gpu_jobs, 6 by default; session 12 ran 6);
   # AUDIT_SPREAD: check.timing.spread (rounds sized from the spread; unset: fixed rounds)
+  # (and the machine's fingerprint, which the reference needs: tools/audit_reference.py)
   start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
+    results/env/fingerprint.json \
     --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
     ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"}

@@ -266,3 +266,42 @@ def test_cli_audit_in_two_modes(tmp_path, capsys):
     assert record["settings"]["numerics"] == "strict"
     table = pd.read_csv(out / "summary" / "table.csv")
     assert table.loc[0, "numerics"] == MODE and table.loc[0, "strict_verdict"] == "pass"
+
+
+def test_cli_audit_goes_on_past_an_entry_the_checker_cannot_judge(tmp_path, capsys, monkeypatch):
+    from kbfuse.candidates import check
+    from kbfuse.errors import KbfuseError
+
+    real = check.check_candidate
+    calls = []
+
+    def first_fails(candidate, *args, **kwargs):
+        calls.append(candidate)
+        if len(calls) == 1:
+            raise KbfuseError("the reference process failed (a harness problem)")
+        return real(candidate, *args, **kwargs)
+
+    monkeypatch.setattr(check, "check_candidate", first_fails)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"check": SMALL}))
+    contract = tmp_path / "contract.json"
+    write_json(contract, contract_record(None))
+    out = tmp_path / "audit"
+    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--references"]
+    args += ["corpus", "--contract", str(contract), "--config", str(config), "--device", "cpu"]
+    args += ["--out", str(out), "--kernelbench", str(tmp_path / "none")]
+    assert main(args) == 1  # an entry without a verdict, the summary written all the same
+    captured = capsys.readouterr()
+    assert "no verdict: the reference process failed (a harness problem)" in captured.err
+    assert "kbfuse audit: 1 entries left without a verdict (above): l2_t" in captured.err
+    assert len(calls) == 3 and "2 of 3 verdicts there" in captured.out
+    table = pd.read_csv(out / "summary" / "table.csv")
+    assert list(table["verdict"]) == ["no verdict", "fail", "fail", "not checked"]
+    # summarising again checks nothing and needs neither a contract nor a config
+    summary = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1"]
+    summary += ["--references", "corpus", "--out", str(out), "--summary-only"]
+    assert main(summary) == 0
+    assert len(calls) == 3 and "2 of 3 verdicts there" in capsys.readouterr().out
+    assert list(pd.read_csv(out / "summary" / "table.csv")["verdict"])[:3] == [
+        "no verdict", "fail", "fail"
+    ]  # fmt: skip

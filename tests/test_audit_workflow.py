@@ -186,15 +186,21 @@ def test_the_audit_joins_the_manifest_only_when_asked(audit_run, kb_repo):
     assert f"{ROOT}/entries.json" in manifest_job and f"{ROOT}/verdicts/" in manifest_job
 
 
-def test_cli_audit_checks_each_entry_once(tmp_path, capsys):
+def _cli_against_the_corpus(tmp_path: Path, out: Path) -> list[str]:
+    """`kbfuse audit` on the tiny corpus against its own references, on the CPU, with the
+    small check settings and a contract of its own, writing to `out`."""
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"check": SMALL}))
     contract = tmp_path / "contract.json"
     write_json(contract, contract_record(None))
-    out = tmp_path / "audit"
     args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--references"]
     args += ["corpus", "--contract", str(contract), "--config", str(config), "--device", "cpu"]
-    args += ["--out", str(out), "--kernelbench", str(tmp_path / "none")]
+    return args + ["--out", str(out), "--kernelbench", str(tmp_path / "none")]
+
+
+def test_cli_audit_checks_each_entry_once(tmp_path, capsys):
+    out = tmp_path / "audit"
+    args = _cli_against_the_corpus(tmp_path, out)
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert printed.count(": pass") == 1 and printed.count(": fail") == 2
@@ -282,14 +288,8 @@ def test_cli_audit_goes_on_past_an_entry_the_checker_cannot_judge(tmp_path, caps
         return real(candidate, *args, **kwargs)
 
     monkeypatch.setattr(check, "check_candidate", first_fails)
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"check": SMALL}))
-    contract = tmp_path / "contract.json"
-    write_json(contract, contract_record(None))
     out = tmp_path / "audit"
-    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--references"]
-    args += ["corpus", "--contract", str(contract), "--config", str(config), "--device", "cpu"]
-    args += ["--out", str(out), "--kernelbench", str(tmp_path / "none")]
+    args = _cli_against_the_corpus(tmp_path, out)
     assert main(args) == 1  # an entry without a verdict, the summary written all the same
     captured = capsys.readouterr()
     assert "no verdict: the reference process failed (a harness problem)" in captured.err

@@ -17,7 +17,6 @@ was in force (`--config`). Check it with `kbfuse verify-bundle FOLDER`.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from kbfuse import layout  # noqa: E402
 from kbfuse.audit.summary import OUTPUTS  # noqa: E402
 from kbfuse.audit.wall import audit_wall, report_markdown  # noqa: E402
 from kbfuse.errors import KbfuseError  # noqa: E402
-from kbfuse.io import write_json, write_text  # noqa: E402
+from kbfuse.io import copy_files, write_json, write_text  # noqa: E402
 from kbfuse.layout import RECORDS  # noqa: E402
 from kbfuse.results.manifest import CHECKOUT_PIN, FINGERPRINT, build_manifest  # noqa: E402
 from kbfuse.workflow.config import load_config  # noqa: E402
@@ -68,12 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = reference_files(args.results, args.name)
         config = load_config(args.config)
-        if args.out.exists():
-            shutil.rmtree(args.out)
-        for rel in files:
-            target = args.out / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(args.results / rel, target)
+        copy_files(args.results, files, args.out)
         audit = Path(layout.file("audit_root", args.out, audit=args.name))
         report = audit_wall(audit, args.snakemake_log)
         write_json(audit / "wall.json", report)

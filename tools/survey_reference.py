@@ -16,7 +16,6 @@ manifest quotes the checkout record as its pin), with the study config that was 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from kbfuse.errors import KbfuseError  # noqa: E402
+from kbfuse.io import copy_files  # noqa: E402
 from kbfuse.layout import RECORDS  # noqa: E402
 from kbfuse.results.manifest import (  # noqa: E402
     CHECKOUT_PIN,
@@ -68,12 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = reference_files(args.results)
         config = load_config(args.config)
-        if args.out.exists():
-            shutil.rmtree(args.out)
-        for rel in files:
-            target = args.out / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(args.results / rel, target)
+        copy_files(args.results, files, args.out)
         build_manifest(args.out, files, config, args.out / "manifest.json", pin=CHECKOUT_PIN)
     except (KbfuseError, OSError) as exc:
         print(f"survey_reference: {exc}", file=sys.stderr)

@@ -84,6 +84,20 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, dumps_json(obj))
 
 
+def copy_files(root: str | os.PathLike, rels: list[str], out: str | os.PathLike) -> None:
+    """Copy the files `rels` (paths relative to `root`) under `out` at the same relative
+    paths, `out` emptied first (a reference folder made anew)."""
+    import shutil
+
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    for rel in rels:
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(root) / rel, target)
+
+
 def read_json(path: str | os.PathLike) -> Any:
     with open(path) as fh:
         return json.load(fh)

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from kbfuse import layout
+from kbfuse.candidates.verdict import PHASE_NAMES as PHASES
+from kbfuse.candidates.verdict import STAGE_NAMES as STAGES
 from kbfuse.errors import KbfuseError
 from kbfuse.results.jobtimes import run_wall
 from kbfuse.results.records import parse_json, read_limited
 
-PHASES = ("scratch_wait", "reference", "candidate", "witness", "compare")
-STAGES = ("build", "correctness", "baselines", "alone_wait", "guards", "timing")
 BLOCKS = ("events", "cold_l2", "graph")
 
 

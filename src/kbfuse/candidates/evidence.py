@@ -36,8 +36,6 @@ NO_OUTPUT = "no output"
 MAX_WITNESS_BUILDS = 8  # distinct flag sets measured by the witness
 OUTPUT_SLACK_BYTES = 1 << 20  # an output file may exceed twice its reference by this much
 # The fields of the record and the checks that come from the candidate's own report.
-# the candidate process's stages (kbfuse.candidates.runner), the guards stage in its parts
-STAGE_NAMES = ("build", "correctness", "baselines", "alone_wait", "guards", "timing")
 SELF_REPORTED = {
     "fields": [
         "failure",
@@ -264,10 +262,10 @@ def official_block(contract: Mapping) -> dict:
 def _stage_seconds(reported) -> dict | None:
     """The candidate's stage walls (runner.json's stage_s) where they are what the runner
     writes (names and non-negative numbers), else None."""
-    if not isinstance(reported, dict) or len(reported) > len(STAGE_NAMES):
+    if not isinstance(reported, dict):
         return None
     if not all(
-        name in STAGE_NAMES
+        name in verdict.STAGE_NAMES
         and isinstance(value, (int, float))
         and not isinstance(value, bool)
         and 0 <= value < 1e9

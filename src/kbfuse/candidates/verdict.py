@@ -37,6 +37,10 @@ CORRECTNESS_CHECKS = (
     "input_independent",
     "output_after_timing",
 )
+# the check's phases (kbfuse.candidates.check.gather: the verdict's phases_s) and the candidate
+# process's stages, the guards stage in its parts (kbfuse.candidates.runner: stage_s)
+PHASE_NAMES = ("scratch_wait", "reference", "candidate", "witness", "compare")
+STAGE_NAMES = ("build", "correctness", "baselines", "alone_wait", "guards", "timing")
 GUARD_CHECKS = ("timer_patched", "lazy_result", "side_stream", "unfinished_on_caller_stream")
 PROCESS_CHECKS = ("build", "runtime_error", "time_limit", "memory_limit")
 CHECKS = (*PROCESS_CHECKS, *CORRECTNESS_CHECKS, *GUARD_CHECKS)

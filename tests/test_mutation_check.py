@@ -8,6 +8,7 @@ children run in tests/test_check_candidates.py and tests/test_check_hostile.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import pytest
 import torch
 from contracts import contract_record
 
-from kbfuse.candidates import check, evidence, reference, verdict
+from kbfuse.candidates import check, evidence, reference, verdict, witness
 from kbfuse.candidates.sandbox import Outcome
 from kbfuse.errors import KbfuseError
 
@@ -394,17 +395,75 @@ def test_the_shared_witness_cache_is_writable_one_flag_set_at_a_time(tmp_path, m
     )
 
 
-def test_the_witness_is_run_under_the_shared_lock(tmp_path, monkeypatch):
-    held = []
+class RecordingLock:
+    """A GPU lock that records whether each child ran while it was held shared."""
 
-    class Lock:
-        def shared(self):
-            held.append("shared")
-            return check.contextlib.nullcontext()
+    def __init__(self):
+        self.held = False
 
-    monkeypatch.setattr(check, "run_child", Children(witness=[]))
-    check.run_witness({"witness_cache": None}, BUILDS, _scratch(tmp_path), tmp_path / "w", Lock())
-    assert held == ["shared"]
+    @contextlib.contextmanager
+    def shared(self):
+        self.held = True
+        yield
+        self.held = False
+
+
+def _witness_children(lock: RecordingLock):
+    """Children that record (build_only, lock held) for each witness child."""
+    runs = []
+    fake = Children(witness=[])
+
+    def child(role, request_path, *args, **kwargs):
+        request = json.loads(Path(request_path).read_text())
+        runs.append((bool(request.get("build_only")), lock.held))
+        return fake(role, request_path, *args, **kwargs)
+
+    return child, runs
+
+
+def test_the_witness_builds_outside_the_lock_and_measures_under_it(tmp_path, monkeypatch):
+    lock = RecordingLock()
+    child, runs = _witness_children(lock)
+    monkeypatch.setattr(check, "run_child", child)
+    check.run_witness({"witness_cache": None}, BUILDS, _scratch(tmp_path), tmp_path / "w", lock)
+    assert runs == [(True, False), (False, True)]
+
+
+def test_a_witness_the_shared_cache_has_is_only_measured(tmp_path, monkeypatch):
+    lock = RecordingLock()
+    child, runs = _witness_children(lock)
+    monkeypatch.setattr(check, "run_child", child)
+    settings = {"witness_cache": str(tmp_path / "cache")}
+    name = witness.extension_name(["-O3"])
+    assert not check.witness_built(settings, [{"route": "load_inline", "flags": ["-O3"]}])
+    (tmp_path / "cache" / name).mkdir(parents=True)
+    (tmp_path / "cache" / name / f"{name}.so").write_bytes(b"")
+    assert check.witness_built(settings, [{"route": "load_inline", "flags": ["-O3"]}])
+    assert not check.witness_built(settings, [{"route": "load_inline", "flags": ["-O2"]}])
+    check.run_witness(settings, BUILDS, _scratch(tmp_path), tmp_path / "w", lock)
+    assert runs == [(False, True)]
+
+
+def test_a_cupy_witness_has_nothing_to_build_first():
+    cupy = [{"route": "cupy.RawKernel", "options": []}]
+    assert check.witness_built({"witness_cache": None}, cupy)
+    assert not check.witness_built({"witness_cache": None}, [{"route": "load_inline", "flags": []}])
+
+
+def test_the_build_only_witness_builds_each_torch_flag_set_and_measures_nothing(
+    tmp_path, monkeypatch
+):
+    built = []
+    monkeypatch.setattr(witness, "_torch_module", built.append)
+    monkeypatch.setattr(witness, "_cupy_witness", lambda options: pytest.fail("measured"))
+    builds = [
+        {"route": "load_inline", "flags": ["-O3"]},
+        {"route": "cupy.RawKernel", "options": []},
+        {"route": "load_inline", "flags": ["--use_fast_math"]},
+    ]
+    witness.run_witness({"builds": builds, "build_only": True}, tmp_path / "out")
+    assert built == [["-O3"], ["--use_fast_math"]]
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------- small helpers

@@ -72,6 +72,17 @@ if [ -f .corpus/cuda_l1_h100.json.xz ]; then
   mkdir -p /tmp/corpus && xz -dc .corpus/cuda_l1_h100.json.xz > /tmp/corpus/cuda_l1_h100.json
   export KBFUSE_AUDIT_CUDA_L1=/tmp/corpus/cuda_l1_h100.json
 fi
+# .resume/results.tar.gz: an earlier call's results and .snakemake (with the KernelBench checkout
+# the pack leaves out put back, its times kept), unpacked before anything runs so that a
+# background run an ended machine cut short goes on where it stopped. The working tree's copy
+# here may be newer than those results, so the resumed run compares params and inputs, not
+# times (RESUME_TRIGGERS).
+RESUME_TRIGGERS=()
+if [ -f .resume/results.tar.gz ]; then
+  tar xzf .resume/results.tar.gz && RESUME_TRIGGERS=(--rerun-triggers params input software-env)
+  echo "resumed from .resume/results.tar.gz: $(ls results/audit/*/verdicts/*/ 2>/dev/null | wc -l) verdicts" \
+    | tee -a "$OUT/phases.txt"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
 rc=0
@@ -180,7 +191,7 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
   # AUDIT_SPREAD: check.timing.spread (rounds sized from the spread; unset: fixed rounds)
   # (and the machine's fingerprint, which the reference needs: tools/audit_reference.py)
   start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
-    results/env/fingerprint.json \
+    results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
     --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
     ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"}

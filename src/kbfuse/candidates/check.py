@@ -163,6 +163,17 @@ def witness_env(settings: dict, builds: list[dict]) -> tuple[dict[str, str] | No
     return {"TORCH_EXTENSIONS_DIR": str(root)}, folders
 
 
+def witness_built(settings: dict, builds: list[dict]) -> bool:
+    """Whether the shared witness cache already has every load_inline witness of `builds`
+    (False without a cache: each check then builds in its own scratch)."""
+    names = [extension_name(b["flags"]) for b in builds if b["route"] == "load_inline"]
+    cache = settings["witness_cache"]
+    if not names or cache is None:
+        return not names
+    root = Path(cache).resolve()
+    return all((root / name / f"{name}.so").is_file() for name in names)
+
+
 def _reference_cases(planned: list[dict], out: Path, folder: Path) -> list[dict]:
     """The planned cases with the reference's names of the parameters it changed; KbfuseError
     when the reference's cases are not the plan."""
@@ -248,6 +259,12 @@ def run_witness(settings, runner: dict, scratch: Scratch, log, lock):
     if scratch.device != "cuda" or not builds:
         return None, None
     env, writable = witness_env(settings, builds)
+    if not witness_built(settings, builds):
+        # kbfuse's own build launches nothing on the GPU: outside the lock, so that a flag
+        # set's first build (about a minute) does not keep a timer waiting for it
+        scratch.child(
+            "witness", {"builds": builds, "build_only": True}, log, writable=writable, env=env
+        )
     with _holding(lock, "shared"):
         outcome = scratch.child("witness", {"builds": builds}, log, writable=writable, env=env)
     folder = scratch.root / "witness"

@@ -63,11 +63,11 @@ def extension_name(flags: list[str]) -> str:
     return "kbfuse_witness_" + hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:12]
 
 
-def _torch_witness(flags: list[str]) -> float:
-    import torch
+def _torch_module(flags: list[str]):
+    """The witness extension of these flags, built unless its extensions folder has it."""
     from torch.utils.cpp_extension import load_inline
 
-    module = load_inline(
+    return load_inline(
         name=extension_name(flags),
         cpp_sources="torch::Tensor witness(torch::Tensor x, double s);",
         cuda_sources=TORCH_SOURCE,
@@ -75,6 +75,12 @@ def _torch_witness(flags: list[str]) -> float:
         extra_cuda_cflags=flags,
         verbose=False,
     )
+
+
+def _torch_witness(flags: list[str]) -> float:
+    import torch
+
+    module = _torch_module(flags)
     x = torch.full((1,), X, dtype=torch.float32, device="cuda")
     return float(module.witness(x, S).item())
 
@@ -90,6 +96,13 @@ def _cupy_witness(options: list[str]) -> float:
 
 
 def run_witness(request: dict, out: Path) -> None:
+    """Measure every build of the request; with `build_only`, only build the load_inline
+    extensions (the parent runs that outside the GPU lock: it launches nothing)."""
+    if request.get("build_only"):
+        for build in request["builds"]:
+            if not build["route"].startswith("cupy"):
+                _torch_module(build["flags"])
+        return
     results = []
     for build in request["builds"]:
         if build["route"].startswith("cupy"):

@@ -62,6 +62,18 @@ def verdict(
     return record
 
 
+# a check that did not start: the machine's scratch disk could not hold its cases
+REFUSED = {
+    "kind": "check_refused",
+    "schema_version": 1,
+    "candidate": {"file": "x.py", "sha256": "0" * 64},
+    "task": {"level": 2, "task": 53, "file": "53_Gemm.py", "commit": None},
+    "numerics": "kernelbench-defaults",
+    "verdict": "not checked",
+    "why": "needs 76.9 GB of scratch disk, 67.5 GB free here",
+    "scratch": {"need_bytes": 76_900_000_000, "free_bytes": 67_500_000_000},
+}
+
 # (code, claims over eager / over torch.compile, verdict)
 CASES = {
     "fast": (
@@ -89,6 +101,7 @@ CASES = {
         verdict(eager=[3.0] * 4, inductor=[2.5] * 4, failed=["changed_weights"]),
     ),
     "untimed": ({"over_eager": 2.0, "over_torch_compile": 2.0}, None),
+    "refused": ({"over_eager": 5.0, "over_torch_compile": 2.0}, REFUSED),
 }
 
 
@@ -155,6 +168,9 @@ def test_claim_statuses(audit):
     assert frame.loc["side", "status_over_eager"] == "fails check"
     assert frame.loc["untimed", "status_over_eager"] == "no verdict"
     assert frame.loc["skipped", "status_over_eager"] == "not checked"
+    assert frame.loc["refused", "status_over_eager"] == "not checked"
+    assert frame.loc["refused", "status_over_torch_compile"] == "not checked"
+    assert frame.loc["refused", "claim_over_eager"] == 5.0
     assert frame.loc["fast", "claim_over_cuda_graph"] != frame.loc["fast", "claim_over_cuda_graph"]
 
 
@@ -168,8 +184,10 @@ def test_outcomes(audit):
         "side": "fails: side stream",
         "weights": "fails: ignores changed weights",
         "untimed": "no verdict",
+        "refused": "not checked: needs 76.9 GB of scratch disk, 67.5 GB free here",
         "skipped": "not checked: the corpus holds no candidate code for it",
     }
+    assert frame.loc["refused", "verdict"] == "not checked"
     assert frame.loc["side", "failed_checks"] == "official side_stream"
     assert frame.loc["blind", "findings"] == "blind_spot not_bit_identical"
     assert frame.loc["fast", "reference_vs_pinned"] == "same"
@@ -179,7 +197,7 @@ def test_tallies_count_every_kind(audit):
     root, _, _, _ = audit
     tallies = pd.read_csv(root / "summary" / "tallies.csv")
     counts = {(g, k): n for g, k, n in tallies.itertuples(index=False)}
-    assert counts[("outcome", "not checked")] == 1
+    assert counts[("outcome", "not checked")] == 2  # skipped by the corpus, refused here
     assert counts[("outcome", "no verdict")] == 1
     assert counts[("outcome", "fails: side stream")] == 1
     assert counts[("failed check", "official")] == 1
@@ -189,7 +207,7 @@ def test_tallies_count_every_kind(audit):
     assert counts[(claim, "does not reproduce")] == 2  # blind, slow
     assert counts[(claim, "fails check")] == 2
     assert counts[("reference vs pinned", "same")] == 6
-    assert sum(n for (g, _), n in counts.items() if g == "outcome") == 8
+    assert sum(n for (g, _), n in counts.items() if g == "outcome") == 9
 
 
 def test_the_markdown_states_the_modes_and_shows_quartiles(audit):
@@ -198,8 +216,8 @@ def test_the_markdown_states_the_modes_and_shows_quartiles(audit):
     assert "claims made in numerics mode `kernelbench-defaults`" in text
     assert "measured in `kernelbench-defaults`" in text and "timing method events" in text
     assert (
-        "7 candidates (6 with a verdict), 1 not checked, 3 left out by the mapping's filters"
-        in text
+        "8 candidates (6 with a verdict, 1 not started: too large for the scratch disk), "
+        "1 not checked, 3 left out by the mapping's filters" in text
     )
     row = next(line for line in text.splitlines() if line.startswith(f"| {by_code['fast']}"))
     assert "2.1 [1.95, 2.25]" in row and "does not reproduce" in row

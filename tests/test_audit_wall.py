@@ -46,13 +46,16 @@ def audit(tmp_path):
     (mode / "l2_t2_bb.json").write_text(json.dumps(verdict("fail", slow, None, None)))
     # a verdict written before phases_s and stage_s existed counts, with no seconds
     (mode / "l2_t3_cc.json").write_text(json.dumps(verdict("fail", None, None, None)))
+    # a check that did not start (too large for the scratch disk): counted, no seconds
+    refused = {"kind": "check_refused", "verdict": "not checked", "why": "needs 77 GB"}
+    (mode / "l2_t4_dd.json").write_text(json.dumps(refused))
     return folder
 
 
 def test_the_phases_and_stages_add_up_over_the_checks(audit):
     report = audit_wall(audit)
-    assert report["audit"] == "tiny" and report["checks"] == 3
-    assert report["verdicts"] == {"fail": 2, "pass": 1}
+    assert report["audit"] == "tiny" and report["checks"] == 4
+    assert report["verdicts"] == {"fail": 2, "not checked": 1, "pass": 1}
     assert report["phases_s"] == {"scratch_wait": 11.0, "reference": 22.0, "candidate": 110.0,
                                   "witness": 33.0, "compare": 44.0}  # fmt: skip
     assert report["stage_s"]["build"] == 5.0 and report["stage_s"]["guards"] == 0.0
@@ -64,9 +67,9 @@ def test_the_phases_and_stages_add_up_over_the_checks(audit):
 
 def test_the_markdown_puts_the_slowest_check_first(audit):
     text = report_markdown(audit_wall(audit))
-    assert "3 checks (fail 2, pass 1)." in text
+    assert "4 checks (fail 2, not checked 1, pass 1)." in text
     assert "| compare | 44.0 |" in text and "| alone_wait | 2.5 |" in text
-    slowest = text.split("Slowest 3 checks:")[1].splitlines()
+    slowest = text.split("Slowest 4 checks:")[1].splitlines()
     assert slowest[4].startswith("| l2_t2_bb | fail | 10 | 20 | 100 | 30 | 40 |")
 
 

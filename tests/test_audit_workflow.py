@@ -305,3 +305,29 @@ def test_cli_audit_goes_on_past_an_entry_the_checker_cannot_judge(tmp_path, caps
     assert list(pd.read_csv(out / "summary" / "table.csv")["verdict"])[:3] == [
         "no verdict", "fail", "fail"
     ]  # fmt: skip
+
+
+def test_cli_audit_records_an_entry_too_large_for_the_scratch_disk(
+    tmp_path, capsys, monkeypatch, kb_repo
+):
+    """At the pin the checker knows each task's bytes: on a machine whose scratch disk could
+    never hold an entry's cases, that entry is `not checked` (a check_refused record where its
+    verdict would be) and the audit goes on to its summary, exit 0."""
+    from kbfuse.candidates import check, diskbudget
+
+    monkeypatch.setattr(diskbudget, "free_bytes", lambda path: (1 << 30) + 100_000_000)
+    monkeypatch.setattr(check, "run_child", lambda *a, **k: pytest.fail("a child ran"))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"check": SMALL}))
+    out = tmp_path / "audit"
+    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--limit", "1"]
+    args += ["--kernelbench", kb_repo[0], "--config", str(config), "--device", "cpu"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert ": not checked" in capsys.readouterr().out
+    (path,) = (out / "verdicts" / MODE).glob("*.json")
+    assert json.loads(path.read_text())["kind"] == "check_refused"
+    table = pd.read_csv(out / "summary" / "table.csv")
+    assert list(table["verdict"]) == ["not checked", "not checked"]
+    assert table.loc[0, "outcome"].startswith("not checked: needs 0.5 GB of scratch disk")
+    assert main([*args, "--out", str(out)]) == 0  # resumed: the record stands for its verdict
+    assert "verdict there, not checked again" in capsys.readouterr().out

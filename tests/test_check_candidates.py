@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 from contracts import contract_record
 
-from kbfuse.candidates import diskbudget, verdict
+from kbfuse.candidates import check, diskbudget, verdict
 from kbfuse.candidates.check import check_candidate
 from kbfuse.errors import KbfuseError
+from kbfuse.io import sha256_file
 
 CONTRACT = contract_record(None)  # the test evaluator's: 1e-4, seed 42, 5 trials
 FIXTURE = Path(__file__).parent / "candidates" / "cpu"
@@ -73,6 +75,34 @@ def test_the_pinned_tasks_scratch_disk_is_reserved(tmp_path, monkeypatch):
     assert record["scratch"]["estimated_bytes"] == diskbudget.scratch_need(sizes, 5)
     assert 0 <= record["scratch"]["waited_s"] < 5
     assert list((tmp_path / diskbudget.LEDGER).glob("*.json")) == []
+
+
+def test_a_check_the_scratch_disk_cannot_hold_is_refused_or_recorded(tmp_path, monkeypatch):
+    """A pinned task whose cases could never fit the free disk: kbfuse check refuses it before
+    any child runs, naming the sizes; an audit (record_refusal) writes a check_refused record
+    where the verdict would be, and no scratch folder is left behind."""
+    monkeypatch.setenv("KBFUSE_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.setattr(diskbudget, "free_bytes", lambda path: (1 << 30) + 100_000_000)
+    monkeypatch.setattr(check, "run_child", lambda *a, **k: pytest.fail("a child ran"))
+    before = set(Path(tempfile.gettempdir()).glob("kbfuse-check-*"))
+    args = (FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS)
+    with pytest.raises(diskbudget.ScratchTooSmall, match=r"needs about 0\.5 GB .* 0\.1 GB"):
+        check_candidate(*args, device="cpu", commit="f" * 40)
+    assert not (tmp_path / "good.json").exists()
+    need = diskbudget.scratch_need(diskbudget.TaskBytes(16 * 32 * 4, 16 * 64 * 4), 5)
+    record = check_candidate(*args, device="cpu", commit="f" * 40, record_refusal=True)
+    assert json.loads((tmp_path / "good.json").read_text()) == record
+    assert record == {
+        "kind": "check_refused",
+        "schema_version": 1,
+        "candidate": {"file": "good.py", "sha256": sha256_file(FIXTURE / "good.py")},
+        "task": {"level": 2, "task": 53, "file": TASK53.name, "commit": "f" * 40},
+        "numerics": SETTINGS.get("numerics"),
+        "verdict": "not checked",
+        "why": "needs 0.5 GB of scratch disk, 0.1 GB free here",
+        "scratch": {"need_bytes": need, "free_bytes": 100_000_000},
+    }
+    assert set(Path(tempfile.gettempdir()).glob("kbfuse-check-*")) == before
 
 
 def test_a_correct_candidate_passes_bit_for_bit(verdicts):

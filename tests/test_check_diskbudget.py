@@ -151,11 +151,13 @@ def test_a_check_that_could_never_fit_is_refused_at_once(tmp_path, monkeypatch):
     start = time.monotonic()
     refused = r"needs about 40\.0 GB of scratch disk .* free there"
     with (
-        pytest.raises(KbfuseError, match=refused),
+        pytest.raises(diskbudget.ScratchTooSmall, match=refused) as refusal,
         diskbudget.reserve(40 * GB, root, tmp_path, timeout_s=30),
     ):
         pytest.fail("granted")
     assert time.monotonic() - start < 5
+    assert isinstance(refusal.value, KbfuseError)
+    assert (refusal.value.need, refusal.value.free) == (40 * GB, 20 * GB - (1 << 30))
 
 
 def test_waiting_past_the_limit_is_an_error(tmp_path, monkeypatch):

@@ -32,6 +32,8 @@ rule audit_candidate:
     params:
         settings=lambda wildcards: {**CHECK, "numerics": wildcards.numerics},
         task=lambda wildcards: list(AUDIT_ENTRIES[wildcards.entry]),
+        # an entry whose cases this machine's scratch disk cannot hold is `not checked`
+        record_refusal=True,
     script:
         "../scripts/check_candidate.py"
 

@@ -11,10 +11,12 @@ Each claim with an `against` gets a status (CLAIM_STATUSES): `reproduces` when t
 most the measured upper quartile, `does not reproduce` otherwise, `fails check` when the
 candidate fails a check (its speed is not that of a correct kernel), `not measured` (no timing
 of that baseline), `no verdict` (an audit not finished), `not checked` (the entry cannot be
-checked: no code, another level), `no claim`. Each entry
-gets one outcome (`outcome`), the first that applies: the failure kinds in FAIL_KINDS order,
-then for a pass `passes only where a trivial output passes` (the `blind_spot` finding), then
-how it compares with the best compiled baseline (quartiles above 1, below 1, or spanning it).
+checked: no code, another level; or its check did not start on this machine, whose scratch
+disk cannot hold its cases: a check_refused record where its verdict would be), `no claim`.
+Each entry gets one outcome (`outcome`), the first that applies: the failure kinds in
+FAIL_KINDS order, then for a pass `passes only where a trivial output passes` (the
+`blind_spot` finding), then how it compares with the best compiled baseline (quartiles above
+1, below 1, or spanning it).
 
 The claims stand beside the measurement in the mode they were made in (the index's
 `corpus.numerics`). Each other mode measured (`corpus.measured`, e.g. strict FP32) adds its
@@ -68,6 +70,12 @@ CLAIM_STATUSES = (
 METHODS = ("events", "wall")
 Ratio = tuple[float | None, float | None, float | None]
 NO_RATIO: Ratio = (None, None, None)
+
+
+def is_refusal(record: dict | None) -> bool:
+    """Whether a verdict's file holds a check_refused record (a check that did not start:
+    kbfuse.candidates.check.refusal_record)."""
+    return record is not None and record.get("kind") == "check_refused"
 
 
 def method_of(verdict: dict) -> str | None:
@@ -144,6 +152,13 @@ def measured_columns(entry: dict, claims: list[dict], verdict: dict | None, pref
     """The columns of one measurement of an entry: verdict, outcome, failed checks, findings,
     speedups over eager and the best compiled baseline, each compared claim's figure and
     status; every name after `prefix`."""
+    if is_refusal(verdict):  # the check did not start on this machine
+        columns = measured_columns(entry, claims, None, prefix)
+        why = f"{NOT_CHECKED}: {verdict['why']}"
+        return {
+            key: why if key == f"{prefix}outcome" else NOT_CHECKED if value == NO_VERDICT else value
+            for key, value in columns.items()
+        }
     method = None if verdict is None else method_of(verdict)
     eager = NO_RATIO if verdict is None else measured(verdict, "eager", method)
     best = NO_RATIO if verdict is None else measured(verdict, "best_compiled", method)

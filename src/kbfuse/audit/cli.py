@@ -132,12 +132,13 @@ def run(args: argparse.Namespace) -> int:
                 device=args.device,
                 commit=task_commit,
                 log_dir=root / "logs" / mode,
+                record_refusal=True,
             )
         except KbfuseError as exc:  # the harness's problem with this entry: the others go on
             unjudged.append(f"{name} ({mode})")
             print(f"{said}: no verdict: {exc}", file=sys.stderr)
             continue
-        failed = " ".join(record["failed_checks"])
+        failed = " ".join(record.get("failed_checks", []))
         print(f"{said}: {record['verdict']} {failed}".rstrip())
     return summarise(root, jobs, checkout, unjudged)
 

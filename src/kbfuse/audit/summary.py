@@ -2,7 +2,8 @@
 
 `write_audit_summary` reads the entries index (kbfuse.audit.materialise) and the verdicts of its
 entries (one `results/audit/<name>/verdicts/<numerics>/<entry>.json` per entry and mode
-measured, validated against check_candidate.json), compares each entry's reference with the
+measured, validated against check_candidate.json, or a check_refused record where the check
+did not start), compares each entry's reference with the
 pinned task file where a checkout is given (kbfuse.audit.references), and writes OUTPUTS:
 table.csv (every column), table.md (the corpus, the numerics mode of the claims and of the
 measurement, and the main columns), tallies.csv and tallies.md (kbfuse.audit.claims.tallies),
@@ -22,7 +23,7 @@ from kbfuse.audit import claims as claims_of
 from kbfuse.audit.materialise import read_index
 from kbfuse.audit.plot import compared_claims, plot
 from kbfuse.audit.references import pinned_digests
-from kbfuse.candidates.verdict import validate
+from kbfuse.candidates.verdict import validate, validate_refusal
 from kbfuse.io import write_text
 
 OUTPUTS = ("table.csv", "table.md", "tallies.csv", "tallies.md", "claims.png")
@@ -37,8 +38,12 @@ def read_verdicts(paths: Iterable[str | Path]) -> dict[str, dict[str, dict]]:
     verdicts: dict[str, dict[str, dict]] = {}
     for path in map(Path, paths):
         record = untrusted.read_json(path, VERDICT_BYTES, follow=True)
-        validate(record, str(path))
-        mode = record["settings"].get("numerics") or MEASURED_NUMERICS
+        if claims_of.is_refusal(record):
+            validate_refusal(record, str(path))
+            mode = record["numerics"] or MEASURED_NUMERICS
+        else:
+            validate(record, str(path))
+            mode = record["settings"].get("numerics") or MEASURED_NUMERICS
         verdicts.setdefault(mode, {})[path.stem] = record
     return verdicts
 
@@ -98,12 +103,19 @@ def header(index: dict, frame: pd.DataFrame) -> str:
         if len(frame)
         else 0
     )
+    # entries whose check did not start here (check_refused); the skipped rows have no entry
+    refused = (
+        int(((frame["verdict"] == claims_of.NOT_CHECKED) & (frame["entry"] != "")).sum())
+        if len(frame)
+        else 0
+    )
+    not_started = f", {refused} not started: too large for the scratch disk" if refused else ""
     return "\n".join(
         [
             f"# Audit {index['name']}",
             "",
             f"- corpus: `{Path(corpus['path']).name}` (mapping {corpus['mapping'] or 'none'}), "
-            f"{len(index['entries'])} candidates ({judged} with a verdict), "
+            f"{len(index['entries'])} candidates ({judged} with a verdict{not_started}), "
             f"{len(index['skipped'])} not checked, "
             f"{corpus['filtered_out']} left out by the mapping's filters",
             f"- claims made in numerics mode `{corpus['numerics']}` and compared with the "

@@ -332,10 +332,13 @@ def check_candidate(
     keep_scratch: bool = False,
     log_dir: str | Path | None = None,
     lock=None,
+    record_refusal: bool = False,
 ) -> dict:
     """Check one candidate (see the module docstring) under `contract` (the pinned
     kernelbench_contract record); the verdict record, also at `out`. `lock`: the device's GPU
-    lock (kbfuse.workflow.gpulock), or None to take none."""
+    lock (kbfuse.workflow.gpulock), or None to take none. `record_refusal` (an audit): a
+    check whose cases could never fit this machine's scratch disk writes a check_refused
+    record (refusal_record) at `out` instead of raising diskbudget.ScratchTooSmall."""
     settings = check_settings(settings)
     contract = judged_contract(contract, settings)
     candidate, task_file, out = Path(candidate), Path(task_file), Path(out)
@@ -367,6 +370,7 @@ def check_candidate(
     hidden = tuple(p.resolve() for p in (root, out.parent, logs_at, *locks))
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
     wait_s = DISK_WAIT_LIMITS * settings["time_limit_s"]
+    refused = None
     try:
         with diskbudget.reserve(need, root, gpulock.lock_dir(), wait_s) as scratch:
             found = gather(
@@ -378,11 +382,19 @@ def check_candidate(
                 logs,
                 lock,
             )
+    except diskbudget.ScratchTooSmall as exc:
+        if not record_refusal:
+            raise
+        refused = exc
     finally:
         if keep_scratch:
             print(f"scratch kept: {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+    if refused is not None:
+        record = refusal_record(candidate, level, task, task_file, commit, settings, refused)
+        write_json(out, record)
+        return record
     task_record = {
         "level": level,
         "task": task,
@@ -397,4 +409,24 @@ def check_candidate(
     record["phases_s"] = {"scratch_wait": scratch["waited_s"], **found.phases_s}
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
+    return record
+
+
+def refusal_record(
+    candidate: Path, level: int, task: int, task_file: Path, commit, settings: dict,
+    refused: diskbudget.ScratchTooSmall,
+) -> dict:  # fmt: skip
+    """The check_refused record of a check that did not start (check_refused.json)."""
+    record = {
+        "kind": "check_refused",
+        "schema_version": 1,
+        "candidate": {"file": candidate.name, "sha256": sha256_file(candidate)},
+        "task": {"level": level, "task": task, "file": task_file.name, "commit": commit},
+        "numerics": settings.get("numerics"),
+        "verdict": "not checked",
+        "why": f"needs {refused.need / 1e9:.1f} GB of scratch disk, "
+        f"{max(refused.free, 0) / 1e9:.1f} GB free here",
+        "scratch": {"need_bytes": refused.need, "free_bytes": refused.free},
+    }
+    verdict.validate_refusal(record, f"refusal record of {candidate}")
     return record

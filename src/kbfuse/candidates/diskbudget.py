@@ -46,6 +46,15 @@ POLL_S = 2.0
 LEDGER = "kbfuse-scratch-budget"
 
 
+class ScratchTooSmall(KbfuseError):
+    """A check whose cases could not fit on this machine's scratch filesystem even with no
+    other check running: a fact about the machine, not about the candidate."""
+
+    def __init__(self, message: str, need: int, free: int):
+        super().__init__(message)
+        self.need, self.free = need, free
+
+
 @dataclass(frozen=True)
 class TaskBytes:
     inputs: int
@@ -156,12 +165,15 @@ def reserve(need: int | None, root: Path, ledger_root: Path, timeout_s: float) -
                 free = free_bytes(root)
                 verdict = decide(need, free, others)
                 if verdict == "never":
-                    raise KbfuseError(
+                    usable = free - FREE_MARGIN_BYTES
+                    raise ScratchTooSmall(
                         f"this check needs about {need / 1e9:.1f} GB of scratch disk under "
                         f"{root.parent} (its cases' inputs and outputs), more than the "
-                        f"{(free - FREE_MARGIN_BYTES) / 1e9:.1f} GB that are free there (keeping "
+                        f"{usable / 1e9:.1f} GB that are free there (keeping "
                         f"{FREE_MARGIN_BYTES >> 30} GiB free) even with no other check running: "
-                        "set TMPDIR to a larger filesystem, or check fewer cases (check.seeds)"
+                        "set TMPDIR to a larger filesystem, or check fewer cases (check.seeds)",
+                        need,
+                        usable,
                     )
                 if verdict == "go":
                     holder = open(own, "w")  # noqa: SIM115 - its flock marks the holder alive

@@ -240,8 +240,8 @@ def decide(checks: Mapping[str, Mapping]) -> tuple[str, list[str]]:
     return ("fail" if failed or unrun or missing else "pass"), failed
 
 
-def schema() -> dict:
-    text = resources.files("kbfuse").joinpath("schemas", "check_candidate.json").read_text()
+def schema(name: str = "check_candidate.json") -> dict:
+    text = resources.files("kbfuse").joinpath("schemas", name).read_text()
     return json.loads(text)
 
 
@@ -258,6 +258,16 @@ def validate(record: Mapping, label: str) -> None:
     import jsonschema
 
     problem = _first_error(jsonschema.Draft202012Validator(schema()), record)
+    if problem is not None:
+        raise KbfuseError(f"{label}: {problem}")
+
+
+def validate_refusal(record: Mapping, label: str) -> None:
+    """A check_refused record (kbfuse.candidates.check.refusal_record) against its schema."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema("check_refused.json"))
+    problem = _first_error(validator, record)
     if problem is not None:
         raise KbfuseError(f"{label}: {problem}")
 

@@ -76,6 +76,21 @@ def test_one_content_named_verdict_per_entry_with_code(audit_run):
     assert text.startswith("# kbfuse-task: 2/53\n")
 
 
+def test_each_check_job_declared_the_scratch_it_reserves(audit_run):
+    """Not known while the checkout was still to be made: Snakemake evaluated each check's
+    `scratch_mb` again when it was ready (the pinned CPU task's 4 cases, plus 512 MiB)."""
+    workdir, overlay = audit_run
+    (log,) = (workdir / ".snakemake" / "log").glob("*.snakemake.log")
+    jobs = log.read_text().split("rule audit_candidate:")[1:]
+    assert len(jobs) == 3
+    assert all("scratch_mb=513" in job.split("\n\n")[0] for job in jobs)
+    # capped by the run's own budget (a check that could never fit still runs, to be refused)
+    args = ["-n", "--cores", "1", "audit", "--forcerun", "audit_candidate"]
+    dry = snakemake(workdir, *args, "--resources", "scratch_mb=100", "--configfile", str(overlay))
+    planned = dry.stdout.split("rule audit_candidate:")[1:]
+    assert len(planned) == 3 and all("scratch_mb=100" in job for job in planned)
+
+
 def test_the_summary_puts_claims_beside_measured(audit_run):
     workdir, _ = audit_run
     table = pd.read_csv(workdir / ROOT / "summary" / "table.csv")

@@ -325,3 +325,20 @@ def test_the_children_run_in_the_numerics_mode_the_settings_name(tmp_path, numer
         candidate, 2, 53, TASK53, tmp_path / "v.json", CONTRACT, settings, device="cpu"
     )
     assert record["verdict"] == expected and record["settings"]["numerics"] == numerics
+
+
+def test_a_pinned_check_job_declares_the_scratch_it_will_reserve(tmp_path):
+    """The audit's `scratch_mb` resource: the reservation of the pinned task's check in MiB
+    (5 planned cases of the 16 x 32 input and 16 x 64 output, plus the 512 MiB of slack),
+    capped by the run's budget; 0 for a task whose sizes cannot be known."""
+    level2 = tmp_path / "checkout" / "KernelBench" / "level2"
+    level2.mkdir(parents=True)
+    (level2 / "53_Gemm.py").write_text(TASK53.read_text())
+    (level2 / "54_Data.py").write_text("def get_inputs():\n    raise ValueError('data')\n")
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps(CONTRACT))
+    checkout = tmp_path / "checkout"
+    need = 5 * (16 * 32 * 4 + 16 * 64 * 4) + 6 * 16 * 64 * 4 + (512 << 20)
+    assert check.scratch_mb(checkout, 2, 53, contract, SETTINGS) == 513 == -(-need // (1 << 20))
+    assert check.scratch_mb(checkout, 2, 53, contract, SETTINGS, budget_mb=100) == 100
+    assert check.scratch_mb(checkout, 2, 54, contract, SETTINGS) == 0

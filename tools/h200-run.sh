@@ -189,10 +189,12 @@ fi
 if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (docs/audit.md)
   # AUDIT_JOBS: checks at a time (the profile's gpu_jobs, 6 by default; session 12 ran 6);
   # AUDIT_SPREAD: check.timing.spread (rounds sized from the spread; unset: fixed rounds)
-  # (and the machine's fingerprint, which the reference needs: tools/audit_reference.py)
+  # (and the machine's fingerprint, which the reference needs: tools/audit_reference.py);
+  # scratch_mb: the scratch disk free now, less 1 GiB, shared out by each check's estimate
+  scratch=$(( $(df -Pm "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $4 }') - 1024 ))
   start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
     results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
-    --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" --config "$kb" \
+    --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$scratch" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
     ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"}
 fi

@@ -25,9 +25,11 @@ rule audit_candidate:
         numerics="|".join(map(re.escape, AUDIT_MODES)) or "no-modes",
     conda:
         ENV
-    # as check_candidate: builds and references beside other jobs, timing with the GPU alone
+    # as check_candidate: builds and references beside other jobs, timing with the GPU alone;
+    # with --resources scratch_mb=N, started only when its cases fit the disk beside the others
     resources:
         gpu_jobs=1,
+        scratch_mb=audit_scratch_mb,
     # the check: block's settings, measured in the job's numerics mode
     params:
         settings=lambda wildcards: {**CHECK, "numerics": wildcards.numerics},

@@ -2,6 +2,8 @@
 # through the corpus's mapping (a problem of either stops the workflow before any job, named);
 # each entry is written as a candidate file named after its content, only when its content
 # changed (kbfuse.audit.materialise), so a job reruns only for a new or changed entry.
+import errno
+
 from kbfuse.audit.materialise import prepare
 from kbfuse.audit.settings import audit_settings, audit_targets
 from kbfuse.audit.summary import OUTPUTS as AUDIT_OUTPUTS
@@ -37,3 +39,25 @@ AUDIT_IN_MANIFEST = (
 )
 # judged against the corpus's own task code: its file beside the candidate's
 AUDIT_TASK = {"task": audit_file("task")} if AUDIT["references"] == "corpus" else {}
+
+
+def audit_scratch_mb(wildcards, input):
+    """The entry's `scratch_mb` resource (kbfuse.candidates.check.scratch_mb), at most the
+    run's `--resources scratch_mb`; 0 against the corpus's own task code (never imported
+    here). Until the checkout and contract exist it is not known yet: Snakemake evaluates it
+    again when the job is ready."""
+    from kbfuse.candidates.check import scratch_mb  # torch: only once a job is planned
+
+    if AUDIT_TASK:
+        return 0
+    for path in (input.checkout, input.contract):
+        if not Path(path).exists():
+            raise FileNotFoundError(errno.ENOENT, "not made yet", path)
+    budget = workflow.global_resources.get("scratch_mb")
+    return scratch_mb(
+        input.checkout,
+        *AUDIT_ENTRIES[wildcards.entry],
+        input.contract,
+        {**CHECK, "numerics": wildcards.numerics},
+        None if budget is None else budget.value,
+    )

@@ -163,6 +163,28 @@ def witness_env(settings: dict, builds: list[dict]) -> tuple[dict[str, str] | No
     return {"TORCH_EXTENSIONS_DIR": str(root)}, folders
 
 
+def scratch_estimate(task_file: Path, settings: dict, contract: dict) -> int | None:
+    """Bytes a check of the pinned `task_file` reserves (diskbudget.scratch_need over its
+    planned cases; `settings` checked, `contract` judged); None when its sizes are unknown."""
+    sizes = diskbudget.task_bytes(task_file)
+    return None if sizes is None else diskbudget.scratch_need(sizes, len(plan(settings, contract)))
+
+
+def scratch_mb(checkout, level: int, task: int, contract_file, settings, budget_mb=None) -> int:
+    """The scratch disk, in MiB, a check job of pinned task `level/task` will reserve: its
+    Snakemake resource `scratch_mb`, so that with `--resources scratch_mb=N` the scheduler
+    starts checks whose cases fit beside the running ones, not one that would wait for disk in
+    a job slot. 0 where it reserves nothing (unknown sizes); at most `budget_mb` (a check that
+    could never fit is refused at once when it runs)."""
+    from kbfuse.tasks.evaluator import read_contract_record
+
+    settings = check_settings(settings)
+    contract = judged_contract(read_contract_record(contract_file), settings)
+    need = scratch_estimate(find_task_file(checkout, level, task), settings, contract)
+    mb = 0 if need is None else -(-need // (1 << 20))
+    return mb if budget_mb is None else min(mb, budget_mb)
+
+
 def witness_built(settings: dict, builds: list[dict]) -> bool:
     """Whether the shared witness cache already has every load_inline witness of `builds`
     (False without a cache: each check then builds in its own scratch)."""
@@ -361,8 +383,7 @@ def check_candidate(
     # The scratch disk's estimate imports the task file here, as the survey imports the pinned
     # KernelBench files; a task file that is not the pin's (`--task-file`, an audit judged
     # against its corpus's own code: no commit) runs in the sandbox only, so it gets none.
-    sizes = diskbudget.task_bytes(task_file) if commit is not None else None
-    need = None if sizes is None else diskbudget.scratch_need(sizes, len(plan(settings, contract)))
+    need = scratch_estimate(task_file, settings, contract) if commit is not None else None
     root = Path(tempfile.mkdtemp(prefix="kbfuse-check-")).resolve()
     # none of these may be seen by a child, even where it lies in a folder a child can read
     # (a GPU lock file can be locked through a read-only view)

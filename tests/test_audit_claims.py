@@ -261,6 +261,13 @@ def test_a_verdict_that_breaks_its_schema_is_named(audit, tmp_path):
     bad.write_text(json.dumps({"kind": "check_candidate"}))
     with pytest.raises(KbfuseError, match=r"l2_t53_00000000.json: field <top level>"):
         write_audit_summary(root / "entries.json", [bad], None, tmp_path / "s")
+    refusal = {key: value for key, value in REFUSED.items() if key != "why"}
+    bad.write_text(json.dumps({**refusal, "scratch": {"need_bytes": -1, "free_bytes": 0}}))
+    with pytest.raises(KbfuseError, match=r"l2_t53_00000000.json: field <top level>: 'why'"):
+        write_audit_summary(root / "entries.json", [bad], None, tmp_path / "s")
+    bad.write_text(json.dumps({**REFUSED, "scratch": {"need_bytes": -1, "free_bytes": 0}}))
+    with pytest.raises(KbfuseError, match=r"field scratch.need_bytes: -1 is less than"):
+        write_audit_summary(root / "entries.json", [bad], None, tmp_path / "s")
 
 
 def test_an_index_without_entries_still_summarises(tmp_path):

@@ -254,22 +254,17 @@ def _first_error(validator, data) -> str | None:
     return f"field {where}: {first.message[:300]}"
 
 
-def validate(record: Mapping, label: str) -> None:
+def validate(record: Mapping, label: str, name: str = "check_candidate.json") -> None:
     import jsonschema
 
-    problem = _first_error(jsonschema.Draft202012Validator(schema()), record)
+    problem = _first_error(jsonschema.Draft202012Validator(schema(name)), record)
     if problem is not None:
         raise KbfuseError(f"{label}: {problem}")
 
 
 def validate_refusal(record: Mapping, label: str) -> None:
     """A check_refused record (kbfuse.candidates.check.refusal_record) against its schema."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema("check_refused.json"))
-    problem = _first_error(validator, record)
-    if problem is not None:
-        raise KbfuseError(f"{label}: {problem}")
+    validate(record, label, "check_refused.json")
 
 
 def runner_problem(report: Any) -> str | None:

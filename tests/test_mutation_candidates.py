@@ -555,7 +555,7 @@ SMALL_SCHEMA = {
 
 
 def test_validate_names_the_first_field_by_path_and_cuts_the_message(monkeypatch):
-    monkeypatch.setattr(verdict, "schema", lambda: SMALL_SCHEMA)
+    monkeypatch.setattr(verdict, "schema", lambda name="check_candidate.json": SMALL_SCHEMA)
     verdict.validate({"a": [1, 2], "b": 3}, "ok")  # nothing to say
     with pytest.raises(KbfuseError, match=r"^rec: field a\.1: ") as refused:
         verdict.validate({"b": "s", "a": [1, "x"]}, "rec")

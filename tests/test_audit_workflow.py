@@ -236,13 +236,20 @@ def test_cli_audit_names_a_bad_corpus_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_cli_audit_at_the_pin_reads_the_checkout(tmp_path, capsys, kb_repo):
+def _cli_at_the_pin(tmp_path: Path, kb_repo) -> tuple[list[str], Path]:
+    """`kbfuse audit` of the tiny corpus's first entry at the test repository's pin, on the
+    CPU with the small check settings: its arguments and its output folder."""
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"check": SMALL}))
     out = tmp_path / "audit"
     args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--limit", "1"]
     args += ["--kernelbench", kb_repo[0], "--config", str(config), "--device", "cpu"]
-    assert main([*args, "--out", str(out)]) == 0
+    return [*args, "--out", str(out)], out
+
+
+def test_cli_audit_at_the_pin_reads_the_checkout(tmp_path, capsys, kb_repo):
+    args, out = _cli_at_the_pin(tmp_path, kb_repo)
+    assert main(args) == 0
     table = pd.read_csv(out / "summary" / "table.csv")
     assert list(table["verdict"]) == ["pass", "not checked"]
     assert table.loc[0, "reference_vs_pinned"] == "differs"  # the CPU task file is not the pin's
@@ -332,17 +339,13 @@ def test_cli_audit_records_an_entry_too_large_for_the_scratch_disk(
 
     monkeypatch.setattr(diskbudget, "free_bytes", lambda path: (1 << 30) + 100_000_000)
     monkeypatch.setattr(check, "run_child", lambda *a, **k: pytest.fail("a child ran"))
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"check": SMALL}))
-    out = tmp_path / "audit"
-    args = ["audit", str(DATA / "cuda_l1_tiny.json"), "--mapping", "cuda_l1", "--limit", "1"]
-    args += ["--kernelbench", kb_repo[0], "--config", str(config), "--device", "cpu"]
-    assert main([*args, "--out", str(out)]) == 0
+    args, out = _cli_at_the_pin(tmp_path, kb_repo)
+    assert main(args) == 0
     assert ": not checked" in capsys.readouterr().out
     (path,) = (out / "verdicts" / MODE).glob("*.json")
     assert json.loads(path.read_text())["kind"] == "check_refused"
     table = pd.read_csv(out / "summary" / "table.csv")
     assert list(table["verdict"]) == ["not checked", "not checked"]
     assert table.loc[0, "outcome"].startswith("not checked: needs 0.5 GB of scratch disk")
-    assert main([*args, "--out", str(out)]) == 0  # resumed: the record stands for its verdict
+    assert main(args) == 0  # resumed: the record stands for its verdict
     assert "verdict there, not checked again" in capsys.readouterr().out

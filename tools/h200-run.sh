@@ -80,7 +80,7 @@ fi
 RESUME_TRIGGERS=()
 if [ -f .resume/results.tar.gz ]; then
   tar xzf .resume/results.tar.gz && RESUME_TRIGGERS=(--rerun-triggers params input software-env)
-  echo "resumed from .resume/results.tar.gz: $(ls results/audit/*/verdicts/*/ 2>/dev/null | wc -l) verdicts" \
+  echo "resumed from .resume/results.tar.gz: $(find results/audit -path '*/verdicts/*.json' | wc -l) verdicts" \
     | tee -a "$OUT/phases.txt"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"

@@ -32,7 +32,7 @@ rule audit_candidate:
         scratch_mb=audit_scratch_mb,
     # the check: block's settings, measured in the job's numerics mode
     params:
-        settings=lambda wildcards: {**CHECK, "numerics": wildcards.numerics},
+        settings=audit_check_settings,
         task=lambda wildcards: list(AUDIT_ENTRIES[wildcards.entry]),
         # an entry whose cases this machine's scratch disk cannot hold is `not checked`
         record_refusal=True,

@@ -41,6 +41,11 @@ AUDIT_IN_MANIFEST = (
 AUDIT_TASK = {"task": audit_file("task")} if AUDIT["references"] == "corpus" else {}
 
 
+def audit_check_settings(wildcards):
+    """The check: block's settings in the job's numerics mode."""
+    return {**CHECK, "numerics": wildcards.numerics}
+
+
 def audit_scratch_mb(wildcards, input):
     """The entry's `scratch_mb` resource (kbfuse.candidates.check.scratch_mb), at most the
     run's `--resources scratch_mb`; 0 against the corpus's own task code (never imported
@@ -58,6 +63,6 @@ def audit_scratch_mb(wildcards, input):
         input.checkout,
         *AUDIT_ENTRIES[wildcards.entry],
         input.contract,
-        {**CHECK, "numerics": wildcards.numerics},
+        audit_check_settings(wildcards),
         None if budget is None else budget.value,
     )

@@ -34,6 +34,7 @@ anything the candidate does ends in a verdict.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import subprocess
@@ -170,6 +171,13 @@ def scratch_estimate(task_file: Path, settings: dict, contract: dict) -> int | N
     return None if sizes is None else diskbudget.scratch_need(sizes, len(plan(settings, contract)))
 
 
+@functools.cache
+def _pinned_task_bytes(task_file: str, mtime_ns: int):
+    """diskbudget.task_bytes, once per version of a file: Snakemake evaluates a job's
+    resources when it plans the DAG and again when the job is ready."""
+    return diskbudget.task_bytes(task_file)
+
+
 def scratch_mb(checkout, level: int, task: int, contract_file, settings, budget_mb=None) -> int:
     """The scratch disk, in MiB, a check job of pinned task `level/task` will reserve: its
     Snakemake resource `scratch_mb`, so that with `--resources scratch_mb=N` the scheduler
@@ -180,7 +188,9 @@ def scratch_mb(checkout, level: int, task: int, contract_file, settings, budget_
 
     settings = check_settings(settings)
     contract = judged_contract(read_contract_record(contract_file), settings)
-    need = scratch_estimate(find_task_file(checkout, level, task), settings, contract)
+    task_file = find_task_file(checkout, level, task)
+    sizes = _pinned_task_bytes(str(task_file), task_file.stat().st_mtime_ns)
+    need = None if sizes is None else diskbudget.scratch_need(sizes, len(plan(settings, contract)))
     mb = 0 if need is None else -(-need // (1 << 20))
     return mb if budget_mb is None else min(mb, budget_mb)
 

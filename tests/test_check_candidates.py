@@ -247,7 +247,9 @@ def test_the_candidate_runs_in_its_own_process_and_scratch(verdicts):
 
 
 def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):
-    settings = {**SETTINGS, "time_limit_s": 4}
+    # The limit holds for every child, the reference's too: 4 s was too short for the reference
+    # to import torch on a loaded CI machine (it failed there as a harness error).
+    settings = {**SETTINGS, "time_limit_s": 12}
     record = check_candidate(
         FIXTURE / "runaway.py", 2, 53, TASK53, tmp_path / "r.json", CONTRACT, settings, device="cpu"
     )
@@ -255,7 +257,7 @@ def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):
     assert record["failed_checks"] == ["time_limit"]
     outcome = record["processes"]["candidate"]
     assert outcome["status"] == "time_limit" and outcome["returncode"] == -9
-    assert 4 <= outcome["wall_s"] < 16
+    assert 12 <= outcome["wall_s"] < 30
 
 
 def test_a_memory_hog_is_killed_at_the_memory_limit(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -39,6 +40,8 @@ CANDIDATES = {
     "blind_zeros": BLIND,
     "probe": TASK53,
     "off": TASK53,
+    "default_dtype": TASK53,
+    "other_inputs": TASK53,
 }
 
 
@@ -244,6 +247,56 @@ def test_the_candidate_runs_in_its_own_process_and_scratch(verdicts):
     assert fields["ext"] == str(Path(fields["cwd"]) / "torch_extensions")
     assert fields["tmp"] == str(Path(fields["cwd"]) / "tmp")
     assert not Path(fields["cwd"]).exists()  # the scratch folder is gone afterwards
+
+
+def test_each_side_draws_the_inputs_and_the_scratch_holds_outputs_only(tmp_path, capsys):
+    """No case's inputs are written: the candidate's process draws them with the reference's
+    code, and both digests are the same (the changed-weights case's are official_0's)."""
+    check_candidate(
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS,
+        device="cpu", keep_scratch=True,
+    )  # fmt: skip
+    root = Path(capsys.readouterr().out.split("scratch kept: ")[1].strip())
+    try:
+        tensors = sorted(str(p.relative_to(root)) for p in root.rglob("*.pt"))
+        names = ["official_0", "official_1", "uniform_s0", "uniform_xneg100_s0", "weights"]
+        assert tensors == sorted(
+            [f"reference/out/reference/{n}.pt" for n in names]
+            + [f"candidate/out/outputs/{n}.pt" for n in [*names, "after_timing"]]
+        )
+        drawn = json.loads((root / "candidate" / "out" / "runner.json").read_text())
+        reference = json.loads((root / "reference" / "out" / "reference.json").read_text())
+        assert reference["inputs_sha256"] == {n: drawn["inputs_sha256"][n] for n in names}
+        assert drawn["inputs_sha256"]["after_timing"] == reference["inputs_sha256"]["official_0"]
+        assert reference["inputs_sha256"]["weights"] == reference["inputs_sha256"]["official_0"]
+        assert len(set(reference["inputs_sha256"].values())) == 4
+    finally:
+        shutil.rmtree(root)
+
+
+def test_the_candidates_own_torch_defaults_do_not_change_its_inputs(verdicts):
+    """A file that sets torch's default dtype when imported still gets the reference's
+    inputs, and the eager baseline's Model is built as the reference's."""
+    record = verdicts["default_dtype"]
+    assert record["verdict"] == "pass" and record["correctness"]["inputs_differ"] == []
+    assert all(c["bit_identical"] for c in record["correctness"]["cases"].values())
+    assert record["baselines"]["eager"]["status"] == "ok"
+    assert verdicts["good"]["correctness"]["inputs_differ"] == []
+
+
+def test_a_candidate_that_draws_other_inputs_fails_and_is_told_apart(verdicts):
+    record = verdicts["other_inputs"]
+    assert record["verdict"] == "fail"
+    assert {"official", "distributions", "changed_weights", "output_after_timing"} <= set(
+        record["failed_checks"]
+    )
+    assert sorted(record["correctness"]["inputs_differ"]) == sorted(record["correctness"]["cases"])
+    why = record["checks"]["official"]["detail"]
+    assert "2/2 official case(s) fail" in why
+    assert "reports other inputs for official_0, official_1" in why and "self-reported" in why
+    assert "correctness.inputs_differ" in record["self_reported"]["fields"]
+    assert verdicts["wrong"]["correctness"]["inputs_differ"] == []
+    assert "other inputs" not in verdicts["wrong"]["checks"]["official"]["detail"]
 
 
 def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):

@@ -76,10 +76,14 @@ def test_a_data_dependent_forward_has_no_sizes(tmp_path):
     assert diskbudget.task_bytes(task) is None
 
 
-def test_scratch_need_counts_inputs_and_both_outputs_per_case():
+def test_scratch_need_counts_both_outputs_per_case_and_no_inputs():
     sizes = TaskBytes(inputs=537_000_000, output=260_000_000)
-    # 13 cases: the reference's inputs and outputs, the candidate's outputs and after_timing
-    assert diskbudget.scratch_need(sizes, 13) == (13 * 797_000_000 + 14 * 260_000_000 + SLACK_BYTES)
+    # 14 cases: the reference's outputs, the candidate's outputs and after_timing; the inputs
+    # are drawn by each side, not written
+    assert diskbudget.scratch_need(sizes, 14) == 29 * 260_000_000 + SLACK_BYTES
+    assert diskbudget.scratch_need(TaskBytes(inputs=10**12, output=260_000_000), 14) == (
+        diskbudget.scratch_need(sizes, 14)
+    )
 
 
 @pytest.mark.parametrize(

@@ -457,3 +457,45 @@ def test_a_case_the_device_has_no_memory_for_is_compared_on_the_cpu(monkeypatch)
         torch.OutOfMemoryError("host")))  # fmt: skip
     with pytest.raises(torch.OutOfMemoryError, match="host"):
         evidence.compare_on("cpu", x, x, contract)
+
+
+def test_inputs_digest_follows_values_dtype_shape_and_plain_values():
+    from kbfuse.candidates.childio import inputs_digest
+
+    x = torch.arange(6, dtype=torch.float32)
+    same = inputs_digest([x.clone(), 3])
+    assert same == inputs_digest([x, 3]) and len(same) == 64
+    assert inputs_digest([x.reshape(2, 3), 3]) != same  # shape
+    assert inputs_digest([x.double(), 3]) != same  # dtype
+    last_bit = x.clone()
+    last_bit[5] = torch.nextafter(last_bit[5], torch.tensor(10.0))
+    assert inputs_digest([last_bit, 3]) != same  # one value's last bit
+    assert inputs_digest([x, 4]) != same and inputs_digest([x, 3.0]) != same
+    assert inputs_digest([x.reshape(3, 2).t()]) == inputs_digest([x.reshape(3, 2).t().contiguous()])
+    assert inputs_digest([torch.tensor(1.5), torch.zeros(0, 4, dtype=torch.bool)])
+
+
+def test_fresh_defaults_set_the_saved_dtype_and_device_for_the_block_only():
+    from kbfuse.candidates.childio import fresh_defaults, torch_defaults
+
+    saved = torch_defaults()
+    assert saved == (torch.float32, torch.device("cpu"))
+    torch.set_default_dtype(torch.float64)
+    try:
+        with fresh_defaults(saved):
+            assert torch.rand(2).dtype == torch.float32
+        assert torch.rand(2).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_inputs_differ_names_compared_cases_whose_reported_digests_are_not_the_references():
+    from kbfuse.candidates.evidence import inputs_differ
+
+    a, b = "a" * 64, "b" * 64
+    info = {"inputs_sha256": {"official_0": a, "weights": a, "uniform_s0": b}}
+    correctness = {"cases": {"official_0": {}, "weights": {}, "uniform_s0": {}, "after_timing": {}}}
+    drawn = {"official_0": a, "weights": b, "after_timing": b}  # uniform_s0 not reported
+    assert inputs_differ(info, {"inputs_sha256": drawn}, correctness) == ["weights", "after_timing"]
+    assert inputs_differ(info, {}, correctness) == []
+    assert inputs_differ({}, {"inputs_sha256": drawn}, correctness) == []

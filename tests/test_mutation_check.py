@@ -89,7 +89,8 @@ class Children:
 
     def _candidate(self, request: dict, out: Path) -> None:
         if self.change is not None:
-            theirs = Path(request["inputs_dir"]).parent / "reference"
+            reference_request = [c for c in self.calls if c["role"] == "reference"][-1]
+            theirs = Path(reference_request["request"]["out"]) / "reference"
             outputs = out / "outputs"
             outputs.mkdir()
             for case in [*request["cases"], {"name": "after_timing"}]:
@@ -173,26 +174,22 @@ def test_what_each_child_is_given(tmp_path, children):
     request = cand["request"]
     assert request["candidate"].endswith("candidate/candidate.py")
     assert request["task_file"].endswith("candidate/task.py")
-    assert request["inputs_dir"].endswith("reference/out/inputs")  # unsandboxed: where it is
-    assert cand["view"].readable == ()
+    assert "inputs_dir" not in request  # it draws each case's inputs itself
     assert request["contract"]["seed"] == 42 and request["baselines"] == ["eager"]
     assert request["gpu_memory_fraction"] == 0.5 and request["handoff"] is None
     assert request["timing"]["rounds"] == 20
 
 
-def test_sandboxed_the_candidate_sees_the_inputs_inside_its_folder(tmp_path, children, monkeypatch):
+def test_sandboxed_the_candidate_sees_nothing_of_the_reference(tmp_path, children, monkeypatch):
     monkeypatch.setattr(check.bwrap, "require", lambda: ("/bin/bwrap", "bubblewrap 9"))
     fake = Children(change=None, report=None)
     monkeypatch.setattr(check, "run_child", fake)
     record = judge(tmp_path, {"unsandboxed": False})
     assert record["sandbox"] == {"used": "bwrap", "version": "bubblewrap 9"}
     cand = fake.calls[1]
-    folder = cand["view"].folder
     assert cand["binary"] == "/bin/bwrap"
-    assert cand["request"]["inputs_dir"] == str(folder / "inputs")
-    (outside, inside), *more = cand["view"].readable
-    assert not more and inside == folder / "inputs"
-    assert outside == folder.parent / "reference" / "out" / "inputs"
+    assert "inputs_dir" not in cand["request"]
+    assert cand["view"].writable == () and cand["view"].folder.name == "candidate"
     assert record["report_problem"] == "runner.json was not written"
     assert record["checks"]["build"]["status"] == "fail"
 
@@ -210,6 +207,36 @@ def test_a_wrong_output_fails_its_case_and_a_missing_one_fails_as_no_output(tmp_
     assert cases["uniform_s0"] == {"numel": 1024, "problem": "no output", "official_pass": False}
     assert record["failed_checks"] == ["official", "distributions"]
     assert record["verdict"] == "fail"
+
+
+def test_reported_other_inputs_name_a_failing_case_and_decide_nothing(tmp_path, children):
+    """The candidate's report of the inputs it drew is compared with the reference's digests:
+    it only explains a failing case; right outputs pass whatever it says."""
+    other = {"official_1": "0" * 64, "weights": "0" * 64}
+    (tmp_path / "right").mkdir()
+    (tmp_path / "wrong").mkdir()
+    children(change=same, report={**GOOD_REPORT, "inputs_sha256": other})
+    record = judge(tmp_path / "right")
+    assert record["verdict"] == "pass"
+    assert record["correctness"]["inputs_differ"] == ["official_1", "weights"]
+    children(
+        change=lambda value, name: value + 1 if name == "official_1" else value,
+        report={**GOOD_REPORT, "inputs_sha256": other},
+    )
+    record = judge(tmp_path / "wrong")
+    assert record["failed_checks"] == ["official"]
+    assert record["checks"]["official"]["detail"].endswith(
+        "; the candidate's process reports other inputs for official_1: its import changed "
+        "how the task draws them (self-reported))"
+    )
+    assert record["checks"]["changed_weights"]["status"] == "pass"
+
+
+def test_a_malformed_inputs_digest_makes_the_report_unusable(tmp_path, children):
+    children(change=same, report={**GOOD_REPORT, "inputs_sha256": {"official_0": "xyz"}})
+    record = judge(tmp_path)
+    assert record["report_problem"].startswith("field inputs_sha256.official_0: 'xyz' does not")
+    assert record["failed_checks"] == ["build"]
 
 
 def test_after_a_failure_missing_outputs_are_not_run_not_failed(tmp_path, children):
@@ -638,7 +665,7 @@ def test_on_a_gpu_every_child_is_shown_the_device(tmp_path, monkeypatch):
     call = fake.calls[0]
     assert outcome.role == "witness" and call["env"] == {"A": "1"}
     assert call["view"].gpu is True and call["view"].hidden == (tmp_path / "hidden",)
-    assert call["view"].writable == () and call["view"].readable == ()
+    assert call["view"].writable == ()
     cpu = _scratch(tmp_path / "cpu", "cpu")
     (tmp_path / "cpu").mkdir()
     cpu.child("witness", {"builds": []}, tmp_path / "w2.log")

@@ -71,13 +71,11 @@ INSTALL_HINT = (
 
 @dataclass(frozen=True)
 class View:
-    """What one child sees: its own folder (writable), more writable paths, read-only folders
-    shown at a place inside its folder, the paths that must stay hidden even inside a
-    read-only one, and whether it uses the GPU."""
+    """What one child sees: its own folder (writable), more writable paths, the paths that
+    must stay hidden even inside a read-only one, and whether it uses the GPU."""
 
     folder: Path
     writable: tuple[Path, ...] = ()
-    readable: tuple[tuple[Path, Path], ...] = ()  # (outside, inside its folder)
     hidden: tuple[Path, ...] = ()
     gpu: bool = False
 
@@ -204,6 +202,4 @@ def arguments(bwrap: str, view: View, env: dict[str, str], info_fd: int) -> list
         args += _gpu_args()
     for path in own:
         args += ["--bind", str(path), str(path)]
-    for outside, inside in view.readable:
-        args += ["--ro-bind", str(outside), str(inside)]
     return args + ["--remount-ro", "/", "--chdir", str(view.folder)]

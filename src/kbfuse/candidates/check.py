@@ -10,12 +10,13 @@ The parent (this process) never imports the candidate. It
      it and the candidate's child run in the numerics mode `check.numerics` names (None:
      PyTorch's defaults as the child finds them, as KernelBench's evaluator runs);
   3. runs the `candidate` child (kbfuse.candidates.runner) in scratch/candidate on the planned
-     cases, in a sandbox where the reference's inputs are the only thing of the reference it
-     can see (read-only), under the wall-time and memory limits (sandbox);
+     cases, in a sandbox where it sees nothing of the reference (it draws each case's inputs
+     itself, with the reference's code), under the wall-time and memory limits (sandbox);
   4. on a GPU, runs the `witness` child on the flags the candidate reports it built with;
   5. once every process of a child is gone, reads what it left within bounds (readback),
      compares every planned case with the reference on the check's device (evidence; with
-     a GPU lock, held shared), decides (verdict), validates
+     a GPU lock, held shared) and the digests of the inputs both drew, decides (verdict),
+     validates
      the record against its schema and writes it, once and atomically, with the children's
      logs beside it. No child ever sees the verdict folder, the log folder or the scratch
      folders of the others.
@@ -129,7 +130,7 @@ class Scratch:
     limits: Limits
     hidden: tuple[Path, ...]
 
-    def child(self, role, request, log, *, readable=(), writable=(), env=None, handoff=None):
+    def child(self, role, request, log, *, writable=(), env=None, handoff=None):
         folder = self.root / role
         folder.mkdir(exist_ok=True)
         path = folder / "request.json"
@@ -137,7 +138,6 @@ class Scratch:
         view = bwrap.View(
             folder,
             writable=tuple(writable),
-            readable=tuple(readable),
             hidden=self.hidden,
             gpu=self.device == "cuda",
         )
@@ -254,33 +254,27 @@ def run_reference(task_file: Path, settings: dict, contract: dict, scratch: Scra
     return cases, info if isinstance(info, dict) else {}, folder
 
 
-def run_candidate(
-    candidate, task_file, settings, contract, cases, reference, scratch: Scratch, log, lock
-):
+def run_candidate(candidate, task_file, settings, contract, cases, scratch: Scratch, log, lock):
     """The candidate's run; with a GPU lock, held shared for it until it asks to be alone.
-    It sees the reference's inputs (read-only), nothing else of the reference."""
+    It sees nothing of the reference: it draws each case's inputs itself (runner.draw)."""
     folder = scratch.root / "candidate"
     folder.mkdir()
     shutil.copyfile(candidate, folder / "candidate.py")
     shutil.copyfile(task_file, folder / "task.py")
     handoff = None if lock is None else Handoff(lock, folder)
-    inputs = reference / "out" / "inputs"
-    shown = inputs if scratch.binary is None else folder / "inputs"  # bound there, read-only
     request = {
         "candidate": str(folder / "candidate.py"),
         "task_file": str(folder / "task.py"),
         "device": scratch.device,
         "contract": contract,
         "cases": cases,
-        "inputs_dir": str(shown),
         "gpu_memory_fraction": settings["gpu_memory_fraction"],
         "baselines": settings["baselines"],
         "timing": settings["timing"],
         "numerics": settings["numerics"],
         "handoff": None if handoff is None else handoff.paths(),
     }
-    readable = [(inputs, shown)] if scratch.binary is not None else []
-    outcome = scratch.child("candidate", request, log, readable=readable, handoff=handoff)
+    outcome = scratch.child("candidate", request, log, handoff=handoff)
     return outcome, folder
 
 
@@ -323,9 +317,8 @@ def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dic
         )
     lap("reference")
     outcome, folder = run_candidate(
-        candidate, task_file, settings, contract, cases, reference, scratch, logs["candidate"],
-        lock,
-    )  # fmt: skip
+        candidate, task_file, settings, contract, cases, scratch, logs["candidate"], lock
+    )
     lap("candidate")
     runner, report_problem = evidence.read_report(folder / "out" / "runner.json", folder)
     witness, witness_outcome = run_witness(settings, runner, scratch, logs["witness"], lock)
@@ -343,6 +336,7 @@ def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dic
             runner.get("skipped_cases"),
             scratch.device,
         )
+    correctness["inputs_differ"] = evidence.inputs_differ(info, runner, correctness)
     lap("compare")
     return evidence.Evidence(
         info, cases, outcome, runner, report_problem, witness, witness_outcome, correctness,

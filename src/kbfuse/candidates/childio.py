@@ -1,11 +1,13 @@
 """What the child processes' roles (kbfuse.candidates.child) share: importing a Python file as a
-fresh module, KernelBench's seeding, moving inputs to the device, tensors and JSON in and out
-(tensors written with `torch.save` and read back with `weights_only=True`), and the record of
-an exception.
+fresh module, KernelBench's seeding, moving inputs to the device, the digest of a case's
+inputs, tensors and JSON in and out (tensors written with `torch.save` and read back with
+`weights_only=True`), and the record of an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -43,6 +45,48 @@ def to_device(values: list, device: str) -> list:
     from kbfuse.checks import official
 
     return official.to_device(values, device)
+
+
+def inputs_digest(values: list) -> str:
+    """sha256 of a case's inputs as drawn: each tensor's dtype, shape and bytes, any other
+    value's type and repr. The reference and the candidate's process each draw a case's
+    inputs; the parent compares the two digests."""
+    import torch
+
+    digest = hashlib.sha256()
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"tensor {value.dtype} {tuple(value.shape)};".encode())
+            digest.update(flat.view(torch.uint8).numpy())
+        else:
+            digest.update(f"{type(value).__name__} {value!r};".encode())
+    return digest.hexdigest()
+
+
+def torch_defaults() -> tuple:
+    """torch's default dtype and device, as `fresh_defaults` takes them: the candidate's
+    process reads them before it imports the candidate file."""
+    import torch
+
+    return torch.get_default_dtype(), torch.get_default_device()
+
+
+@contextlib.contextmanager
+def fresh_defaults(defaults: tuple):
+    """torch's default dtype and device set to `defaults` (torch_defaults) for the block, and
+    put back after it: the inputs and the task's own Model are made with a fresh process's
+    defaults, as the reference makes them, even after a candidate file changed them."""
+    import torch
+
+    now = torch_defaults()
+    torch.set_default_dtype(defaults[0])
+    torch.set_default_device(defaults[1])
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(now[0])
+        torch.set_default_device(now[1])
 
 
 def save_tensors(path: Path, values: Any) -> None:

@@ -1,14 +1,15 @@
 """The scratch disk a check needs, and a budget that keeps the checks of one machine within
 the free space of the filesystem their scratch folders are on.
 
-A check keeps every case as files in its scratch folder: the reference writes each case's
-inputs and its output, the candidate each case's output and one more after timing
-(kbfuse.candidates.check). On KernelBench's larger level-2 tasks that is gigabytes: task 35 at
-the pin has 537 MB of input and 260 MB of output per case, 14 GB for the default 13 cases.
-In the first audit of CUDA-L1's kernels on the H200 machine (64 GiB of disk), six checks
-beside each other filled the disk: the children's writes failed (`torch.save`: "iostream
-error") and two candidates were recorded as failing with a runtime error that was the
-checker's own.
+A check keeps every case's outputs as files in its scratch folder: the reference writes each
+case's output, the candidate each case's output and one more after timing (kbfuse.candidates.
+check; the inputs are drawn again by each side, not written). On KernelBench's larger level-2
+tasks that is gigabytes: task 35 at the pin has 260 MB of output per case (and 537 MB of
+input), 8.1 GB for 14 cases (15.1 GB when the inputs were written too). In the first audit of
+CUDA-L1's kernels on the H200 machine (64 GiB of disk), six checks beside each other, which
+then also wrote every case's inputs, filled the disk: the children's writes failed
+(`torch.save`: "iostream error") and two candidates were recorded as failing with a runtime
+error that was the checker's own.
 
 - `task_bytes(task_file)`: a task's input and output bytes, read on the CPU by building its
   Model and inputs under torch's FakeTensorMode (shapes and dtypes, no data) and calling the
@@ -92,9 +93,9 @@ def task_bytes(task_file: str | Path) -> TaskBytes | None:
 
 
 def scratch_need(sizes: TaskBytes, cases: int) -> int:
-    """Bytes a check of `cases` planned cases writes: the reference's inputs and outputs of
-    every case, the candidate's outputs and the one after timing, and SLACK_BYTES."""
-    return cases * (sizes.inputs + sizes.output) + (cases + 1) * sizes.output + SLACK_BYTES
+    """Bytes a check of `cases` planned cases writes: the reference's output of every case,
+    the candidate's outputs and the one after timing, and SLACK_BYTES."""
+    return (2 * cases + 1) * sizes.output + SLACK_BYTES
 
 
 def folder_bytes(root: Path) -> int:
@@ -168,7 +169,7 @@ def reserve(need: int | None, root: Path, ledger_root: Path, timeout_s: float) -
                     usable = free - FREE_MARGIN_BYTES
                     raise ScratchTooSmall(
                         f"this check needs about {need / 1e9:.1f} GB of scratch disk under "
-                        f"{root.parent} (its cases' inputs and outputs), more than the "
+                        f"{root.parent} (its cases' outputs), more than the "
                         f"{usable / 1e9:.1f} GB that are free there (keeping "
                         f"{FREE_MARGIN_BYTES >> 30} GiB free) even with no other check running: "
                         "set TMPDIR to a larger filesystem, or check fewer cases (check.seeds)",

@@ -27,11 +27,11 @@ from pathlib import Path
 
 from kbfuse import untrusted
 from kbfuse.candidates import compare, flags, readback, verdict
+from kbfuse.candidates.reference import AFTER_TIMING, TIMING_CASE
 from kbfuse.candidates.sandbox import Outcome
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file
 
-AFTER_TIMING = "after_timing"
 NO_OUTPUT = "no output"
 MAX_WITNESS_BUILDS = 8  # distinct flag sets measured by the witness
 OUTPUT_SLACK_BYTES = 1 << 20  # an output file may exceed twice its reference by this much
@@ -48,6 +48,7 @@ SELF_REPORTED = {
         "contract.ninja",
         "contract.witness",
         "correctness.skipped_cases",
+        "correctness.inputs_differ",
     ],
     "checks": ["build", "runtime_error", *verdict.GUARD_CHECKS],
 }
@@ -194,7 +195,7 @@ def compare_all(
     outputs: dict[str, str | None] = {}
     references: dict[str, str | None] = {}
     for name in names:
-        source = "official_0" if name == AFTER_TIMING else name
+        source = TIMING_CASE if name == AFTER_TIMING else name
         ref_path = ref_out / "reference" / f"{source}.pt"
         reference = readback.load_tensors(ref_path, reference_folder, reference_limit)
         if not isinstance(reference, torch.Tensor):
@@ -215,6 +216,22 @@ def compare_all(
         "cached_pairs": compare.cached_calls(cases, references, outputs),
         "skipped_cases": skipped,
     }
+
+
+def inputs_differ(info: Mapping, runner: Mapping, correctness: Mapping) -> list[str]:
+    """The compared cases whose inputs, by the candidate's own report (runner.json's
+    `inputs_sha256`), were not the reference's (reference.json's): its process drew them
+    otherwise, after the candidate's import changed how the task draws them. Self-reported,
+    so it only tells a case's wrong values apart from different inputs; a case passes or fails
+    on its outputs alone."""
+    drawn = runner.get("inputs_sha256") or {}
+    reference = info.get("inputs_sha256") or {}
+    differ = []
+    for name in correctness["cases"]:
+        source = TIMING_CASE if name == AFTER_TIMING else name
+        if name in drawn and source in reference and drawn[name] != reference[source]:
+            differ.append(name)
+    return differ
 
 
 def trivial_status(info: dict, survey: str | Path | None) -> tuple[dict | None, str]:

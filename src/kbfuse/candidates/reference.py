@@ -2,9 +2,14 @@
 
 It writes, under `out`:
   cases.json           the case list (name, group, instance, perturb) both sides follow;
-  inputs/{case}.pt     the inputs of each case (a list; tensors on the CPU);
   reference/{case}.pt  the reference output of each case;
-  reference.json       the output's shape and dtype, and the trivial-candidate status.
+  reference.json       the output's shape and dtype, the trivial-candidate status, and the
+                       digest of each case's inputs (childio.inputs_digest).
+
+A case's inputs are not written: they are a seed's draw (`case_inputs`), and the candidate's
+process draws them again with the same code (kbfuse.candidates.runner), so a check's scratch
+disk holds outputs only. A candidate that changes how its own process draws them changes only
+its own outputs, which are compared with these; the digests tell that apart from wrong values.
 
 Cases, in call order per model instance (an instance is built once and then called in order,
 so a candidate that caches a result or ignores its input is called with changed inputs and
@@ -28,6 +33,7 @@ from pathlib import Path
 
 from kbfuse.candidates.childio import (
     import_file,
+    inputs_digest,
     save_tensors,
     set_seed,
     to_device,
@@ -36,6 +42,8 @@ from kbfuse.candidates.childio import (
 from kbfuse.checks import official
 
 PERTURB_SCALE, PERTURB_SHIFT = 1.25, 0.001
+TIMING_CASE = "official_0"  # the inputs the candidate's guards and timing call with
+AFTER_TIMING = "after_timing"  # the candidate's output after the timed region, on those
 
 
 def perturb_weights(model) -> list[str]:
@@ -91,8 +99,14 @@ def build_instance(task, cls, seed: int, device: str):
     return official.instance(task, seed, device, cls)
 
 
+def reused_inputs(cases: list[dict]) -> set[str]:
+    """The cases whose inputs a later case takes again (`inputs_of`): kept in memory."""
+    return {case["inputs_of"] for case in cases if "inputs_of" in case}
+
+
 def case_inputs(task, case: dict, made: dict) -> list:
-    """CPU inputs of a case (drawn as KernelBench does, or from a study distribution)."""
+    """CPU inputs of a case (drawn as KernelBench does, or from a study distribution);
+    `made`: the inputs of the cases drawn so far that a later case reuses (reused_inputs)."""
     import torch
 
     from kbfuse.tasks.inputs import make_input
@@ -118,12 +132,15 @@ def run_reference(request: dict, out: Path) -> None:
     task = import_file(request["task_file"], "kbfuse_check_task")
     cases = build_cases(request)
     models: dict[str, object] = {}
+    reused = reused_inputs(cases)
     made: dict[str, list] = {}
-    info: dict = {}
+    info: dict = {"inputs_sha256": {}}
     trials = []
     for case in cases:
         inputs = case_inputs(task, case, made)
-        made[case["name"]] = inputs
+        if case["name"] in reused:
+            made[case["name"]] = inputs
+        info["inputs_sha256"][case["name"]] = inputs_digest(inputs)
         instance = case["instance"]
         if instance not in models:
             models[instance] = build_instance(
@@ -139,7 +156,6 @@ def run_reference(request: dict, out: Path) -> None:
                 output = model(*to_device(inputs, device))
         if not isinstance(output, torch.Tensor):
             raise TypeError(f"task Model returned {type(output).__name__}, not a tensor")
-        save_tensors(out / "inputs" / f"{case['name']}.pt", inputs)
         save_tensors(out / "reference" / f"{case['name']}.pt", output.detach().cpu())
         if case["name"] == "official_0":
             info["output"] = {"shape": list(output.shape), "dtype": str(output.dtype)}

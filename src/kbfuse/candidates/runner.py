@@ -6,13 +6,17 @@ with its stage name and the run stopped there:
 
   build        import the task and the candidate file; construct `ModelNew` as KernelBench
                does (kbfuse.candidates.reference.build_instance);
-  correctness  every case of cases.json in order, one instance per case instance; outputs
-               written to outputs/{case}.pt as plain CPU tensors; the `weights` case changes
-               the candidate's parameters in place as the reference did (same names needed);
-  guards       the timing's instances made and its baselines built (Inductor compiles
-               here); with a GPU lock, then the GPU alone (ask_alone); the task's Model and
-               a fresh ModelNew profiled on official_0's inputs (side streams), the
-               caller-stream race check;
+  correctness  every case of cases.json in order, one instance per case instance; each
+               case's inputs drawn here with the reference's code (reference.case_inputs,
+               torch's default dtype and device as they were before the import) and their
+               digest recorded (`inputs_sha256`); outputs written to outputs/{case}.pt as
+               plain CPU tensors; the `weights` case changes the candidate's parameters in
+               place as the reference did (same names needed);
+  guards       the timing's instances made (the task's Model with torch's defaults from
+               before the import, as the reference builds it) and its baselines built
+               (Inductor compiles here); with a GPU lock, then the GPU alone (ask_alone);
+               the task's Model and a fresh ModelNew profiled on official_0's inputs (side
+               streams), the caller-stream race check;
   timing       candidate, eager, TorchScript and Inductor interleaved (candidates.timing);
                the candidate's output after the timed region written to
                outputs/after_timing.pt.
@@ -33,13 +37,22 @@ from pathlib import Path
 from kbfuse.candidates import capture, guards
 from kbfuse.candidates.childio import (
     error_record,
+    fresh_defaults,
     import_file,
-    load_tensors,
+    inputs_digest,
     save_tensors,
     to_device,
+    torch_defaults,
     write_json,
 )
-from kbfuse.candidates.reference import build_instance, instance_seed, perturb_weights
+from kbfuse.candidates.reference import (
+    AFTER_TIMING,
+    TIMING_CASE,
+    build_instance,
+    case_inputs,
+    instance_seed,
+    perturb_weights,
+)
 
 
 class Runner:
@@ -48,6 +61,7 @@ class Runner:
         self.device = request["device"]
         self.before = guards.snapshot()
         self.clock = guards.Clock()
+        self.defaults = torch_defaults()
         capture.install()
         self.record: dict = {
             "failure": None,
@@ -55,6 +69,7 @@ class Runner:
             "lazy": [],
             "cases_run": [],
             "skipped_cases": {},
+            "inputs_sha256": {},
             "stage_s": {},
         }
 
@@ -109,10 +124,21 @@ class Runner:
             torch.cuda.synchronize()
         return value
 
+    def draw(self, name: str, recorded_as: str | None = None) -> list:
+        """Case `name`'s CPU inputs, drawn as the reference drew them, their digest recorded
+        under `recorded_as` (default: `name`). A case that reuses another's (`inputs_of`)
+        draws that one again: nothing is kept between calls, so no call sees what an earlier
+        one did to its inputs."""
+        cases = {case["name"]: case for case in self.request["cases"]}
+        source = cases[cases[name].get("inputs_of", name)]
+        with fresh_defaults(self.defaults):
+            inputs = case_inputs(self.task, source, {})
+        self.record["inputs_sha256"][recorded_as or name] = inputs_digest(inputs)
+        return inputs
+
     def correctness(self) -> None:
         cases = self.request["cases"]
         instances: dict[str, object] = {}
-        inputs_dir = Path(self.request["inputs_dir"])
         for case in cases:
             name = case["name"]
             if case["instance"] not in instances:
@@ -127,7 +153,7 @@ class Runner:
                         f"{case.get('perturbed')}: its weights cannot be changed the same way"
                     )
                     continue
-            inputs = self.settled(to_device(load_tensors(inputs_dir / f"{name}.pt"), self.device))
+            inputs = self.settled(to_device(self.draw(name), self.device))
             output = self.call(model, inputs)
             self.note_patches("after_calls")
             self.keep_output(name, output)
@@ -172,10 +198,10 @@ class Runner:
         self.log("kbfuse check: the GPU alone")
 
     def timing_setup(self) -> None:
-        inputs_dir = Path(self.request["inputs_dir"])
-        self.x = self.settled(to_device(load_tensors(inputs_dir / "official_0.pt"), self.device))
+        self.x = self.settled(to_device(self.draw(TIMING_CASE, AFTER_TIMING), self.device))
         seed = self.request["contract"]["seed"]
-        self.model = build_instance(self.task, self.task.Model, seed, self.device)
+        with fresh_defaults(self.defaults):  # the baselines' Model, as the reference's
+            self.model = build_instance(self.task, self.task.Model, seed, self.device)
         self.candidate = self.make(seed)
 
     def guard_stage(self) -> None:
@@ -258,7 +284,7 @@ class Runner:
             self.impls, self.request["timing"], self.clock, self.device, self.log
         )
         self.note_patches("after_calls")
-        self.keep_output("after_timing", self.call(self.candidate, self.x))
+        self.keep_output(AFTER_TIMING, self.call(self.candidate, self.x))
 
     def run(self) -> None:
         stages = [

@@ -51,13 +51,21 @@ def _check(status: str, detail: str = "") -> dict:
     return {"status": status, "detail": detail}
 
 
-def _cases_check(cases: Mapping[str, dict], names: list[str], what: str) -> dict:
+def _cases_check(
+    cases: Mapping[str, dict], names: list[str], what: str, inputs_differ: list[str]
+) -> dict:
     if not names:
         return _check("not_run", f"no {what} case ran")
     bad = [n for n in names if not cases[n]["official_pass"]]
     if bad:
         shown = ", ".join(bad[:4]) + (" ..." if len(bad) > 4 else "")
         why = cases[bad[0]].get("problem") or f"max error {cases[bad[0]].get('max_abs')}"
+        drawn = [n for n in bad if n in inputs_differ]
+        if drawn:
+            why += (
+                f"; the candidate's process reports other inputs for {', '.join(drawn[:4])}: "
+                "its import changed how the task draws them (self-reported)"
+            )
         return _check("fail", f"{len(bad)}/{len(names)} {what} case(s) fail: {shown} ({why})")
     return _check("pass", f"{len(names)} {what} case(s) pass the official predicate")
 
@@ -69,15 +77,18 @@ def correctness_checks(correctness: Mapping, planned: list[dict]) -> dict[str, d
         g: [c["name"] for c in ran if c["group"] == g]
         for g in ("official", "weights", "distribution")
     }
+    differ = correctness.get("inputs_differ") or []
     checks = {
-        "official": _cases_check(cases, groups["official"], "official"),
-        "distributions": _cases_check(cases, groups["distribution"], "distribution"),
+        "official": _cases_check(cases, groups["official"], "official", differ),
+        "distributions": _cases_check(cases, groups["distribution"], "distribution", differ),
     }
     skipped = correctness.get("skipped_cases", {})
     if "weights" in skipped:
         checks["changed_weights"] = _check("not_applicable", skipped["weights"])
     else:
-        checks["changed_weights"] = _cases_check(cases, groups["weights"], "changed-weights")
+        checks["changed_weights"] = _cases_check(
+            cases, groups["weights"], "changed-weights", differ
+        )
     pairs = correctness["cached_pairs"]
     if pairs:
         shown = "; ".join(" and ".join(p) for p in pairs[:3])
@@ -95,9 +106,10 @@ def correctness_checks(correctness: Mapping, planned: list[dict]) -> dict[str, d
     elif after["official_pass"]:
         checks["output_after_timing"] = _check("pass", "output after the timed region is right")
     else:
-        checks["output_after_timing"] = _check(
-            "fail", f"output after the timed region: {after.get('problem') or after['max_abs']}"
-        )
+        why = f"output after the timed region: {after.get('problem') or after['max_abs']}"
+        if "after_timing" in differ:
+            why += "; the candidate's process reports other inputs for it (self-reported)"
+        checks["output_after_timing"] = _check("fail", why)
     return checks
 
 

@@ -489,6 +489,24 @@ def test_fresh_defaults_set_the_saved_dtype_and_device_for_the_block_only():
         torch.set_default_dtype(torch.float32)
 
 
+def test_fresh_defaults_override_a_changed_default_device_and_leave_no_device_mode_behind():
+    from kbfuse.candidates.childio import fresh_defaults, torch_defaults
+
+    stack = torch._C._len_torch_function_stack
+    saved = torch_defaults()
+    with fresh_defaults(saved):
+        assert torch.rand(2).device == torch.device("cpu")
+    assert stack() == 0  # a mode left on the stack would slow every later op of the process
+    torch.set_default_device("meta")  # as a candidate file may do at import
+    try:
+        with fresh_defaults(saved):
+            assert torch.rand(2).device == torch.device("cpu")
+        assert torch.rand(2).device == torch.device("meta")
+    finally:
+        torch.set_default_device(None)
+    assert stack() == 0
+
+
 def test_inputs_differ_names_compared_cases_whose_reported_digests_are_not_the_references():
     from kbfuse.candidates.evidence import inputs_differ
 

@@ -103,11 +103,11 @@ def test_a_failing_case_fails_its_group_naming_the_cases_and_the_first_error():
 def test_more_than_four_failing_cases_are_cut_short():
     names = [f"o{i}" for i in range(6)]
     cases = {n: case(False) for n in names}
-    detail = verdict._cases_check(cases, names, "official")["detail"]
+    detail = verdict._cases_check(cases, names, "official", [])["detail"]
     assert detail == "6/6 official case(s) fail: o0, o1, o2, o3 ... (max error 0.5)"
-    five = verdict._cases_check(cases, names[:5], "official")["detail"]
+    five = verdict._cases_check(cases, names[:5], "official", [])["detail"]
     assert five == "5/5 official case(s) fail: o0, o1, o2, o3 ... (max error 0.5)"
-    four = verdict._cases_check(cases, names[:4], "official")["detail"]
+    four = verdict._cases_check(cases, names[:4], "official", [])["detail"]
     assert four == "4/4 official case(s) fail: o0, o1, o2, o3 (max error 0.5)"
 
 

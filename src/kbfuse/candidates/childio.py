@@ -79,14 +79,19 @@ def fresh_defaults(defaults: tuple):
     defaults, as the reference makes them, even after a candidate file changed them."""
     import torch
 
-    now = torch_defaults()
-    torch.set_default_dtype(defaults[0])
-    torch.set_default_device(defaults[1])
+    dtype, device = defaults
+    now_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
     try:
-        yield
+        # `with torch.device` and not set_default_device: setting it, even back to cpu, leaves a
+        # device mode on torch's function stack for good, which slows every later op
+        if torch.get_default_device() != device:
+            with torch.device(device):
+                yield
+        else:
+            yield
     finally:
-        torch.set_default_dtype(now[0])
-        torch.set_default_device(now[1])
+        torch.set_default_dtype(now_dtype)
 
 
 def save_tensors(path: Path, values: Any) -> None:

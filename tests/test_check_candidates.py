@@ -15,6 +15,7 @@ from contracts import contract_record
 
 from kbfuse.candidates import check, diskbudget, verdict
 from kbfuse.candidates.check import check_candidate
+from kbfuse.candidates.cli import outcome_lines
 from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file
 
@@ -42,6 +43,7 @@ CANDIDATES = {
     "off": TASK53,
     "default_dtype": TASK53,
     "other_inputs": TASK53,
+    "switches": TASK53,
 }
 
 
@@ -297,6 +299,29 @@ def test_a_candidate_that_draws_other_inputs_fails_and_is_told_apart(verdicts):
     assert "correctness.inputs_differ" in record["self_reported"]["fields"]
     assert verdicts["wrong"]["correctness"]["inputs_differ"] == []
     assert "other inputs" not in verdicts["wrong"]["checks"]["official"]["detail"]
+
+
+def test_a_candidate_that_sets_torchs_switches_passes_with_the_finding_and_the_changes(verdicts):
+    record = verdicts["switches"]
+    assert record["verdict"] == "pass" and record["findings"] == ["switches_changed"]
+    assert record["guards"]["switches_changed"] == [
+        "cuda.matmul.allow_tf32: False -> True (at build)",
+        "cuda.matmul.fp32_precision: none -> tf32 (at build)",
+        "cudnn.benchmark: False -> True (at build)",
+        "float32_matmul_precision: highest -> high (at build)",
+    ]
+    readings = record["guards"]["switches"]
+    points = ("before_import", "after_build", "at_timing")
+    assert [readings[p]["cudnn.benchmark"] for p in points] == [False, True, True]
+    assert verdicts["good"]["guards"]["switches_changed"] == []
+    assert len(verdicts["good"]["guards"]["switches"]) == 3  # every point read, none changed
+    assert "switches_changed" not in verdicts["good"]["findings"]
+    assert outcome_lines(record) == [
+        "  finding switches_changed",
+        *[f"    {change}" for change in record["guards"]["switches_changed"]],
+    ]
+    wrong = verdicts["wrong"]
+    assert outcome_lines(wrong)[0] == f"  failed official: {wrong['checks']['official']['detail']}"
 
 
 def test_a_runaway_candidate_is_killed_at_the_time_limit(tmp_path):

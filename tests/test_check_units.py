@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -517,3 +519,40 @@ def test_inputs_differ_names_compared_cases_whose_reported_digests_are_not_the_r
     assert inputs_differ(info, {"inputs_sha256": drawn}, correctness) == ["weights", "after_timing"]
     assert inputs_differ(info, {}, correctness) == []
     assert inputs_differ({}, {"inputs_sha256": drawn}, correctness) == []
+
+
+def test_switch_changes_name_each_switch_once_at_the_first_point_it_differs():
+    from kbfuse.candidates.switches import changes
+
+    before = {"cudnn.benchmark": False, "cuda.matmul.allow_tf32": False, "cudnn.enabled": True}
+    readings = {
+        "before_import": before,
+        "after_build": {**before, "cudnn.benchmark": True},
+        "at_timing": {
+            **before,
+            "cudnn.benchmark": False,  # set back: still named, at build
+            "cuda.matmul.allow_tf32": "unreadable (RuntimeError)",
+        },
+    }
+    assert changes(readings) == [
+        "cudnn.benchmark: False -> True (at build)",
+        "cuda.matmul.allow_tf32: False -> unreadable (RuntimeError) (at timing)",
+    ]
+    assert changes({"before_import": before, "after_build": before}) == []
+    assert changes({"after_build": before}) == [] and changes(None) == []
+
+
+def test_a_legacy_switch_unreadable_after_the_new_api_set_it_is_recorded_as_such():
+    # a process of its own: the new API's setting would stay for the rest of this one
+    code = (
+        "import json, torch\n"
+        "from kbfuse.candidates import switches\n"
+        "torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+        "print(json.dumps(switches.read()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    read = json.loads(done.stdout)
+    assert read["cuda.matmul.fp32_precision"] == "tf32"
+    assert read["cuda.matmul.allow_tf32"] == "unreadable (RuntimeError)"
+    assert read["float32_matmul_precision"] == "unreadable (RuntimeError)"
+    assert read["cudnn.benchmark"] is False and read["deterministic_algorithms"] is False

@@ -311,8 +311,11 @@ def test_a_process_that_exits_before_building_fails_the_build():
 # --------------------------------------------------------------------------- findings
 
 
-def record(trivial=None, cases=None, fast=False, ftz=False, effective=False, used="bwrap"):
+def record(
+    trivial=None, cases=None, fast=False, ftz=False, effective=False, used="bwrap", changed=()
+):
     return {
+        "guards": {"switches_changed": list(changed)},
         "sandbox": {"used": used, "version": None},
         "trivial": trivial,
         "correctness": {"cases": cases or {"a": {"problem": None, "bit_identical": True}}},
@@ -333,6 +336,9 @@ def test_every_finding_is_named_in_order():
     assert found == ["blind_spot", "not_bit_identical", "fast_math", "ftz", "ftz_effective"]
     unsandboxed = verdict.findings(record(cases=cases, fast=True, used="none"))
     assert unsandboxed == ["not_bit_identical", "unsandboxed", "fast_math"]
+    switched = record(effective=True, changed=["cudnn.benchmark: False -> True (at build)"])
+    assert verdict.findings(switched) == ["ftz_effective", "switches_changed"]
+    assert verdict.findings({**record(), "guards": None}) == []  # no report, no guards
 
 
 def test_a_case_with_a_problem_is_not_a_bit_finding():

@@ -104,9 +104,19 @@ def run(args: argparse.Namespace) -> int:
         keep_scratch=args.keep_scratch,
     )
     print(f"{candidate.name}: {record['verdict']} (task {level}/{task})")
-    for name in record["failed_checks"]:
-        print(f"  failed {name}: {record['checks'][name]['detail']}")
-    for name in record["findings"]:
-        print(f"  finding {name}")
+    print("\n".join(outcome_lines(record)))
     print(f"  verdict written to {out}")
     return 0 if record["verdict"] == "pass" else 1
+
+
+def outcome_lines(record: dict) -> list[str]:
+    """A verdict's failed checks with their details, then its findings, a switch the
+    candidate changed under `switches_changed`."""
+    lines = [
+        f"  failed {name}: {record['checks'][name]['detail']}" for name in record["failed_checks"]
+    ]
+    for name in record["findings"]:
+        lines.append(f"  finding {name}")
+        if name == "switches_changed":
+            lines += [f"    {change}" for change in record["guards"]["switches_changed"]]
+    return lines

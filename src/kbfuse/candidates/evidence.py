@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbfuse import untrusted
-from kbfuse.candidates import compare, flags, readback, verdict
+from kbfuse.candidates import compare, flags, readback, switches, verdict
 from kbfuse.candidates.reference import AFTER_TIMING, TIMING_CASE
 from kbfuse.candidates.sandbox import Outcome
 from kbfuse.errors import KbfuseError
@@ -315,6 +315,8 @@ def assemble(
             "lazy": runner.get("lazy", []),
             "side_stream": runner.get("side_stream"),
             "unfinished_on_caller_stream": runner.get("unfinished_on_caller_stream"),
+            "switches": runner.get("switches") or {},
+            "switches_changed": switches.changes(runner.get("switches")),
         }
     checks: dict[str, dict] = {}
     checks.update(

@@ -5,7 +5,8 @@ taken *before* the candidate file is imported. Then, stage by stage, each failur
 with its stage name and the run stopped there:
 
   build        import the task and the candidate file; construct `ModelNew` as KernelBench
-               does (kbfuse.candidates.reference.build_instance);
+               does (kbfuse.candidates.reference.build_instance); torch's switches
+               (kbfuse.candidates.switches) read before the import and after the build;
   correctness  every case of cases.json in order, one instance per case instance; each
                case's inputs drawn here with the reference's code (reference.case_inputs,
                torch's default dtype and device as they were before the import) and their
@@ -17,7 +18,8 @@ with its stage name and the run stopped there:
                (Inductor compiles here); with a GPU lock, then the GPU alone (ask_alone);
                the task's Model and a fresh ModelNew profiled on official_0's inputs (side
                streams), the caller-stream race check;
-  timing       candidate, eager, TorchScript and Inductor interleaved (candidates.timing);
+  timing       torch's switches read again; candidate, eager, TorchScript and Inductor
+               interleaved (candidates.timing), all under the switches the candidate left;
                the candidate's output after the timed region written to
                outputs/after_timing.pt.
 
@@ -34,7 +36,7 @@ import os
 import time
 from pathlib import Path
 
-from kbfuse.candidates import capture, guards
+from kbfuse.candidates import capture, guards, switches
 from kbfuse.candidates.childio import (
     error_record,
     fresh_defaults,
@@ -65,6 +67,7 @@ class Runner:
         capture.install()
         self.record: dict = {
             "failure": None,
+            "switches": {"before_import": switches.read()},
             "patched": {"after_import": [], "after_calls": []},
             "lazy": [],
             "cases_run": [],
@@ -110,6 +113,7 @@ class Runner:
         self.record["triton"] = capture.triton_used(self.module)
         # constructing may compile: still the build stage
         self.make(self.request["contract"]["seed"])
+        self.record["switches"]["after_build"] = switches.read()
 
     def make(self, seed: int):
         return self.settled(build_instance(self.task, self.module.ModelNew, seed, self.device))
@@ -280,6 +284,7 @@ class Runner:
     def timing(self) -> None:
         from kbfuse.candidates.timing import time_all
 
+        self.record["switches"]["at_timing"] = switches.read()
         self.record["timing"] = time_all(
             self.impls, self.request["timing"], self.clock, self.device, self.log
         )

@@ -239,6 +239,8 @@ def findings(record: Mapping) -> list[str]:
         found.append("ftz")
     if contract["effective_ftz"]:
         found.append("ftz_effective")
+    if (record["guards"] or {}).get("switches_changed"):
+        found.append("switches_changed")
     return found
 
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Make, in a fresh checkout, the folders a call on the offline GPU machine carries
+# (tools/h200-run.sh reads them; docs/device-runs.md): none is tracked, each is listed in
+# .git/info/exclude. Run from the repository's root, on an amd64 machine with network:
+#   bash tools/device-carry.sh KERNELBENCH CUDA_L1 [WHEELS_SCRIPT]
+# KERNELBENCH, CUDA_L1: a git directory (bare or not) or URL of ScalingIntelligence/KernelBench
+# and of deepreinforce-ai/CUDA-L1; WHEELS_SCRIPT: the script that fills .whl/ with Snakemake's
+# wheels for that machine's Python 3.12 (default ../shared/device/snakemake-wheels.sh).
+# Makes:
+#   .kb/KernelBench  a clone of the pinned commit (config/config.yaml's kernelbench.commit)
+#   .whl             Snakemake's wheels
+#   .bwrap           Debian's bubblewrap and its libraries, as .debs (kbfuse check's sandbox)
+#   .nvrtc12         NVRTC 12.9's two libraries, xz-compressed (the nvrtc12-* variants)
+#   .corpus          CUDA-L1's H100 kernels, optimized_cuda_code/h100.json, xz-compressed
+# Then carry what a call needs, within its 64 MiB with the tracked tree (about 22 MB): the
+# study .whl .kb .nvrtc12, a check or the audit .whl .kb .bwrap .corpus; the sizes are
+# printed at the end.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,16p' "$0"; exit 2; }
+kernelbench=$1 cuda_l1=$2 wheels=${3:-../shared/device/snakemake-wheels.sh}
+[ -f config/config.yaml ] || { echo "device-carry: run from the repository's root" >&2; exit 2; }
+[ -f "$wheels" ] || { echo "device-carry: no wheels script at $wheels" >&2; exit 2; }
+commit=$(python3 -c 'import yaml; print(yaml.safe_load(open("config/config.yaml"))["kernelbench"]["commit"])')
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for name in .whl .kb .bwrap .nvrtc12 .corpus; do
+  grep -qxF "/$name/" .git/info/exclude 2>/dev/null || echo "/$name/" >> .git/info/exclude
+done
+
+echo "device-carry: .kb/KernelBench at $commit"
+rm -rf .kb && mkdir -p .kb/KernelBench
+git -C .kb/KernelBench init -q
+git -C .kb/KernelBench fetch -q --depth 1 "$(realpath -q "$kernelbench" || echo "$kernelbench")" "$commit"
+git -C .kb/KernelBench checkout -q --detach FETCH_HEAD
+git -C .kb/KernelBench branch -q pinned
+
+echo "device-carry: .whl"
+rm -rf .whl && bash "$wheels"
+# pulp's wheel is 16 MB of CBC solver binaries Snakemake's greedy scheduler never runs: left
+# out (with their RECORD lines) so that a call's tree stays under its 64 MiB
+python3 - .whl/pulp-*.whl <<'PY'
+import sys, zipfile
+for path in sys.argv[1:]:
+    with zipfile.ZipFile(path) as z:
+        kept = {n: z.read(n) for n in z.namelist() if "/solverdir/cbc/" not in n}
+    for name in [n for n in kept if n.endswith(".dist-info/RECORD")]:
+        lines = kept[name].decode().splitlines(keepends=True)
+        kept[name] = "".join(line for line in lines if "/solverdir/cbc/" not in line).encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in kept.items():
+            z.writestr(name, data)
+PY
+
+echo "device-carry: .bwrap"
+rm -rf .bwrap && mkdir .bwrap
+(cd .bwrap && apt-get download -qq bubblewrap libcap2 libselinux1 libpcre2-8-0 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+
+echo "device-carry: .nvrtc12"
+rm -rf .nvrtc12 && mkdir .nvrtc12
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --platform manylinux2014_x86_64 nvidia-cuda-nvrtc-cu12==12.9.86 -d "$tmp/nvrtc"
+python3 - "$tmp/nvrtc" .nvrtc12 <<'EOF'
+import lzma, pathlib, sys, zipfile
+wheel, out = next(pathlib.Path(sys.argv[1]).glob("*.whl")), pathlib.Path(sys.argv[2])
+with zipfile.ZipFile(wheel) as z:
+    libs = [
+        n for n in z.namelist()
+        if n.startswith("nvidia/cuda_nvrtc/lib/") and ".so" in n and ".alt." not in n
+    ]
+    for name in libs:
+        (out / (pathlib.Path(name).name + ".xz")).write_bytes(lzma.compress(z.read(name), preset=6))
+if len(libs) != 2:
+    sys.exit(f"device-carry: expected NVRTC's two libraries in {wheel.name}, found {libs}")
+EOF
+
+echo "device-carry: .corpus"
+rm -rf .corpus && mkdir .corpus
+if [ -d "$cuda_l1" ]; then
+  git --git-dir="$(git -C "$cuda_l1" rev-parse --absolute-git-dir)" show HEAD:optimized_cuda_code/h100.json > "$tmp/h100.json"
+else
+  git clone -q --depth 1 "$cuda_l1" "$tmp/cuda_l1" && cp "$tmp/cuda_l1/optimized_cuda_code/h100.json" "$tmp/h100.json"
+fi
+xz -c "$tmp/h100.json" > .corpus/cuda_l1_h100.json.xz
+
+du -sh .whl .kb .bwrap .nvrtc12 .corpus

@@ -2,10 +2,10 @@
 # Make, in a fresh checkout, the folders a call on the offline GPU machine carries
 # (tools/h200-run.sh reads them; docs/device-runs.md): none is tracked, each is listed in
 # .git/info/exclude. Run from the repository's root, on an amd64 machine with network:
-#   bash tools/device-carry.sh KERNELBENCH CUDA_L1 [WHEELS_SCRIPT]
+#   bash tools/device-carry.sh KERNELBENCH CUDA_L1 WHEELS_SCRIPT
 # KERNELBENCH, CUDA_L1: a git directory (bare or not) or URL of ScalingIntelligence/KernelBench
 # and of deepreinforce-ai/CUDA-L1; WHEELS_SCRIPT: the script that fills .whl/ with Snakemake's
-# wheels for that machine's Python 3.12 (default ../shared/device/snakemake-wheels.sh).
+# wheels for that machine's Python 3.12 (the workplace's; its header shows the install line).
 # Makes:
 #   .kb/KernelBench  a clone of the pinned commit (config/config.yaml's kernelbench.commit)
 #   .whl             Snakemake's wheels
@@ -16,8 +16,8 @@
 # study .whl .kb .nvrtc12, a check or the audit .whl .kb .bwrap .corpus; the sizes are
 # printed at the end.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,16p' "$0"; exit 2; }
-kernelbench=$1 cuda_l1=$2 wheels=${3:-../shared/device/snakemake-wheels.sh}
+[ $# -eq 3 ] || { sed -n '2,17p' "$0"; exit 2; }
+kernelbench=$1 cuda_l1=$2 wheels=$3
 [ -f config/config.yaml ] || { echo "device-carry: run from the repository's root" >&2; exit 2; }
 [ -f "$wheels" ] || { echo "device-carry: no wheels script at $wheels" >&2; exit 2; }
 commit=$(python3 -c 'import yaml; print(yaml.safe_load(open("config/config.yaml"))["kernelbench"]["commit"])')

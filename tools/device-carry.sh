@@ -23,6 +23,7 @@ kernelbench=$1 cuda_l1=$2 wheels=$3
 commit=$(python3 -c 'import yaml; print(yaml.safe_load(open("config/config.yaml"))["kernelbench"]["commit"])')
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+source_of() { if [ -d "$1" ]; then realpath "$1"; else echo "$1"; fi; }  # a folder or a URL
 
 for name in .whl .kb .bwrap .nvrtc12 .corpus; do
   grep -qxF "/$name/" .git/info/exclude 2>/dev/null || echo "/$name/" >> .git/info/exclude
@@ -31,7 +32,7 @@ done
 echo "device-carry: .kb/KernelBench at $commit"
 rm -rf .kb && mkdir -p .kb/KernelBench
 git -C .kb/KernelBench init -q
-git -C .kb/KernelBench fetch -q --depth 1 "$(realpath -q "$kernelbench" || echo "$kernelbench")" "$commit"
+git -C .kb/KernelBench fetch -q --depth 1 "$(source_of "$kernelbench")" "$commit"
 git -C .kb/KernelBench checkout -q --detach FETCH_HEAD
 git -C .kb/KernelBench branch -q pinned
 
@@ -76,11 +77,9 @@ EOF
 
 echo "device-carry: .corpus"
 rm -rf .corpus && mkdir .corpus
-if [ -d "$cuda_l1" ]; then
-  git --git-dir="$(git -C "$cuda_l1" rev-parse --absolute-git-dir)" show HEAD:optimized_cuda_code/h100.json > "$tmp/h100.json"
-else
-  git clone -q --depth 1 "$cuda_l1" "$tmp/cuda_l1" && cp "$tmp/cuda_l1/optimized_cuda_code/h100.json" "$tmp/h100.json"
-fi
+git init -q "$tmp/cuda_l1"
+git -C "$tmp/cuda_l1" fetch -q --depth 1 "$(source_of "$cuda_l1")" HEAD
+git -C "$tmp/cuda_l1" show FETCH_HEAD:optimized_cuda_code/h100.json > "$tmp/h100.json"
 xz -c "$tmp/h100.json" > .corpus/cuda_l1_h100.json.xz
 
 du -sh .whl .kb .bwrap .nvrtc12 .corpus

@@ -162,6 +162,9 @@ def test_max_autotune_is_built_alone_in_each_mode_and_checked_like_any_baseline(
         assert entry["correctness"]["official_pass"] is True
         assert entry["timing"]["graph"]["median_ms"] > 0 and entry["kernels"]
         assert rec["phases_s"]["alone_builds"] > 0
+        # its warm-up, beside other jobs, compiled first; the build alone took its kernels
+        assert entry["warm_build_s"] > 0 and rec["phases_s"]["warm_builds"] > 0
+        print(f"{mode}: warm-up {entry['warm_build_s']:.2f} s, alone {entry['build_s']:.2f} s")
 
 
 def test_a_forward_that_reads_back_keeps_events_and_says_why_graph_is_missing(surveyed):

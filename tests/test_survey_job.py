@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -343,10 +344,18 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
 
     def build(name, *args):  # an eager forward stands in for max-autotune's compile on the CPU
         seen.append(("build", name, lock.held, torch.backends.cudnn.allow_tf32))
+        if name == AUTOTUNE:  # alone, it precompiles on every core, for this build only
+            assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == str(os.cpu_count())
         return real_build("eager" if name == AUTOTUNE else name, *args)
+
+    def warm(name, *args):
+        seen.append(("warm", name, lock.held, torch.backends.cudnn.allow_tf32))
+        return 2.5 if torch.backends.cudnn.allow_tf32 else 1.5
 
     monkeypatch.setattr(survey_timing, "time_baselines", time_baselines)
     monkeypatch.setattr(survey_baselines, "build", build)
+    monkeypatch.setattr(survey_baselines, "warm", warm)
+    threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
     order = ["eager", AUTOTUNE, "torchscript"]
     settings = survey_settings({"survey": {**SETTINGS, "baselines": order}})
     outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
@@ -358,17 +367,23 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
     assert seen == [
         ("build", "eager", "shared", False),
         ("build", "torchscript", "shared", False),
+        ("warm", AUTOTUNE, "shared", False),  # its kernels compiled beside the other jobs
         ("build", "torchscript", "shared", True),
+        ("warm", AUTOTUNE, "shared", True),
         ("build", AUTOTUNE, "alone", False),
         ("time", "strict", "alone", order),
         ("build", AUTOTUNE, "alone", True),
         ("time", "kernelbench-defaults", "alone", order),
     ]
-    for path, mode in zip(outs.values(), outs, strict=True):
+    assert os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") == threads
+    for path, mode, warm_s in zip(outs.values(), outs, (1.5, 2.5), strict=True):
         rec = records.read_record(path, "survey_task")
         assert list(rec["baselines"]) == order
         entry = rec["baselines"][AUTOTUNE]
         assert entry["built_in"] == mode and entry["build_s"] > 0
+        assert entry["warm_build_s"] == warm_s
+        assert "warm_build_s" not in rec["baselines"]["torchscript"]
+        assert rec["phases_s"]["warm_builds"] >= 0
         assert entry["correctness"]["official_pass"] is True
         assert len(entry["timing"]["wall"]["samples_ms"]) == ROUNDS
         assert entry["kernels"] and entry["timeline"] is None  # no device timeline on the CPU
@@ -398,16 +413,37 @@ def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch(monkeypatc
                 "autotune_local_cache": False,
             }
             survey_baselines.build(AUTOTUNE, None, [], "kernelbench", lambda: None)
+            assert survey_baselines.warm(AUTOTUNE, None, [], "kernelbench", lambda: None) >= 0
         survey_baselines.build("inductor", None, [], "kernelbench", lambda: None)
     finally:
         torch.backends.cudnn.allow_tf32 = before
     default = (compiler_config.cache_key_tag, inductor_config.autotune_local_cache)
     assert in_force == [
         ("kbfuse cudnn_tf32=False", False),
+        ("kbfuse cudnn_tf32=False warm-up", False),  # never the key the real build looks up
         ("kbfuse cudnn_tf32=True", False),
+        ("kbfuse cudnn_tf32=True warm-up", False),
         default,  # the default Inductor keeps the shared settings
     ]
     assert default != in_force[0]
+
+
+def test_only_an_autotuned_baseline_is_warmed_up():
+    with pytest.raises(KbfuseError, match="baseline 'inductor' is not autotuned"):
+        survey_baselines.warm("inductor", None, [], "kernelbench", lambda: None)
+
+
+def test_precompile_threads_are_set_for_the_block_and_put_back(monkeypatch):
+    key = "TORCHINDUCTOR_COMPILE_THREADS"
+    monkeypatch.setenv(key, "1")
+    with survey_baselines.precompile_threads(16):
+        assert os.environ[key] == "16"
+    assert os.environ[key] == "1"
+    monkeypatch.delenv(key)
+    with pytest.raises(RuntimeError, match="inside"), survey_baselines.precompile_threads(8):
+        assert os.environ[key] == "8"
+        raise RuntimeError("inside")
+    assert key not in os.environ
 
 
 def test_a_job_needs_a_mode(surveyed, tmp_path):

@@ -40,6 +40,19 @@ def conv_record(mode="strict", **kw):
     )
 
 
+def test_the_build_time_is_from_cold_caches_max_autotunes_warm_up_where_it_had_one():
+    autotuned = ok(0.2, [kernel(GEMM, 180.0)]) | {"build_s": 1.25, "warm_build_s": 21.0}
+    rec = record()
+    rec["baselines"]["inductor-max-autotune-no-cudagraphs"] = autotuned
+    row = s.main_rows([rec], anchor=None)[0]
+    assert (row["best_compiled"], row["best_build_s"]) == (
+        "inductor-max-autotune-no-cudagraphs",
+        21.0,
+    )
+    assert s.cold_build_s({"build_s": 0.5}) == 0.5  # a record made before the warm-up
+    assert s.cold_build_s({"build_s": 0.5, "warm_build_s": None}) == 0.5
+
+
 def test_main_row_of_a_gemm_task():
     row = s.main_rows([record()], anchor=None)[0]
     assert row["method"] == "graph"

@@ -177,7 +177,11 @@ gpu_tests() {
 export kb
 export -f snake gpu_tests
 # the survey reference (tools/survey_reference.py) needs the machine's fingerprint too
-if has bg-survey; then start_bg survey snake survey results/env/fingerprint.json; fi
+# (SURVEY_CONFIG: extra --config items, as for survey above)
+if has bg-survey; then
+  start_bg survey python3 -m snakemake --cores "$(nproc)" --keep-going survey \
+    results/env/fingerprint.json --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"}
+fi
 if has bg-check; then start_bg check snake check; fi
 if has bg-tests; then start_bg tests gpu_tests; fi
 if has bg-study; then

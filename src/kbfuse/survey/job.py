@@ -166,6 +166,7 @@ class _Mode:
         self.runs: dict[str, Callable[[], object]] = {}
         self.reference = None
         self.eager_ok = False  # eager's reference and the blind spots ran in this mode
+        self.warm_build_s: dict[str, float] = {}  # baselines.warm's seconds, by baseline
 
 
 class _Subject(NamedTuple):
@@ -439,7 +440,8 @@ def _alone_builds(t: _Task, m: _Mode, subject: _Subject, phase: Phases) -> None:
     names = _autotuned(t)
     if not m.eager_ok:
         return
-    builds = _build(t, subject.model, subject.inputs, names, m.name)
+    with baselines.precompile_threads(os.cpu_count() or 1):
+        builds = _build(t, subject.model, subject.inputs, names, m.name)
     try:
         with phase("official_trials"):
             _official(t, m, subject.eager, subject.inputs, builds, blind_spots=False)
@@ -447,6 +449,8 @@ def _alone_builds(t: _Task, m: _Mode, subject: _Subject, phase: Phases) -> None:
         for name in builds:
             if m.record["baselines"][name]["status"] != "failed":
                 _fail(m.record["baselines"][name], "correctness", failure.__cause__, t.say)
+    for name in builds:
+        m.record["baselines"][name]["warm_build_s"] = m.warm_build_s.get(name)
     m.record["compile_cache"] = baselines.compile_cache_counts()
 
 
@@ -498,7 +502,22 @@ def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict, phase: Ph
             continue
         m.eager_ok = True
         m.record["compile_cache"] = baselines.compile_cache_counts()
+        if _autotuned(t):
+            with phase("warm_builds"):
+                _warm(t, m, model, inputs)
     return _Subject(model, inputs, eager)
+
+
+def _warm(t: _Task, m: _Mode, model, inputs) -> None:
+    """Warm up (baselines.warm), sharing the GPU, each baseline built alone in mode `m`; a
+    warm-up that fails is only said: the build alone records the baseline's failure."""
+    for name in _autotuned(t):
+        t.say(f"baseline {name}: warm-up build ({m.name})")
+        try:
+            m.warm_build_s[name] = baselines.warm(name, model, inputs, t.semantics, _sync(t.device))
+        except Exception as exc:  # noqa: BLE001 - the build alone meets it again
+            t.say(f"baseline {name}: warm-up failed ({type(exc).__name__}: {exc})")
+            release_memory()
 
 
 def run_survey_task(

@@ -14,7 +14,9 @@ Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wal
   benchmark kernels on the GPU, max-autotune's; 0 in records without it), `timing`, `profile`;
   and, within `reference_and_builds` and `alone_builds`, `official_trials` (KernelBench's
   trials: eager once per trial, the blind spots, every baseline's check; unknown, None, in
-  records made before session 11, which did not time it apart).
+  records made before session 11, which did not time it apart) and, within
+  `reference_and_builds`, `warm_builds` (max-autotune's warm-up compiles, kbfuse.survey.baselines;
+  None in records made before session 17).
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
 Snakemake's preamble); `alone_s` = alone builds + timing + profile, the part no other job can
@@ -44,7 +46,7 @@ RECORD_PHASES = (
     "profile",
 )  # fmt: skip
 # Within reference_and_builds and alone_builds: not added to them, absent from older records.
-WITHIN_PHASES = ("official_trials",)
+WITHIN_PHASES = ("official_trials", "warm_builds")
 PHASES = ("startup_s", *(f"{p}_s" for p in (*RECORD_PHASES, *WITHIN_PHASES)), "alone_s")
 
 
@@ -167,7 +169,9 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
         value = totals[phase]
         share = "" if value is None else f"{100 * value / totals['job_s']:.0f}%"
         name = phase.removesuffix("_s")
-        if name in WITHIN_PHASES:
+        if name == "warm_builds":
+            name += " (within reference_and_builds)"
+        elif name in WITHIN_PHASES:
             name += " (within the two builds phases)"
         lines.append(f"| {name} | {_fmt(value)} | {share} |")
     if report["wall_s"] is not None:

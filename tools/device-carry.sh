@@ -7,7 +7,8 @@
 # and of deepreinforce-ai/CUDA-L1; WHEELS_SCRIPT: the script that fills .whl/ with Snakemake's
 # wheels for that machine's Python 3.12 (the workplace's; its header shows the install line).
 # Makes:
-#   .kb/KernelBench  a clone of the pinned commit (config/config.yaml's kernelbench.commit)
+#   .kb/KernelBench.git  a bare git directory holding the pinned commit alone (config/config.yaml's
+#                    kernelbench.commit), the kernelbench.url tools/h200-run.sh and the GPU tests use
 #   .whl             Snakemake's wheels
 #   .bwrap           Debian's bubblewrap and its libraries, as .debs (kbfuse check's sandbox)
 #   .nvrtc12         NVRTC 12.9's two libraries, xz-compressed (the nvrtc12-* variants)
@@ -29,12 +30,9 @@ for name in .whl .kb .bwrap .nvrtc12 .corpus; do
   grep -qxF "/$name/" .git/info/exclude 2>/dev/null || echo "/$name/" >> .git/info/exclude
 done
 
-echo "device-carry: .kb/KernelBench at $commit"
-rm -rf .kb && mkdir -p .kb/KernelBench
-git -C .kb/KernelBench init -q
-git -C .kb/KernelBench fetch -q --depth 1 "$(source_of "$kernelbench")" "$commit"
-git -C .kb/KernelBench checkout -q --detach FETCH_HEAD
-git -C .kb/KernelBench branch -q pinned
+echo "device-carry: .kb/KernelBench.git at $commit"
+rm -rf .kb && git init -q --bare .kb/KernelBench.git
+git -C .kb/KernelBench.git fetch -q --depth 1 "$(source_of "$kernelbench")" "$commit:refs/heads/pinned"
 
 echo "device-carry: .whl"
 rm -rf .whl && bash "$wheels"

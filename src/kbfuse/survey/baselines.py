@@ -84,6 +84,21 @@ def _inductor(model, mode: str | None) -> Callable:
     return torch.compile(model, dynamic=False, mode=mode)
 
 
+def _fresh_frame(model):
+    """`model` behind a forward whose code object is new. Dynamo keeps compiled code on the
+    code object it starts tracing from and reuses an entry made under an equal backend, and
+    torch.compile's backends for one mode compare equal: two max-autotune builds of one model
+    (the warm-up and the build alone, or one mode and the next) would otherwise both run the
+    first one's compiled code, the later one compiling nothing."""
+    import torch
+
+    namespace: dict = {}
+    exec("def forward(self, *inputs):\n    return self.inner(*inputs)\n", namespace)  # noqa: S102
+    fresh = type("FreshFrame", (torch.nn.Module,), {"forward": namespace["forward"]})()
+    fresh.inner = model
+    return fresh
+
+
 def make(name: str, model, inputs: list, semantics: str) -> Forward:
     """The forward of baseline `name` (not yet called; `inputs`: the example a trace needs)."""
     if name == "eager":
@@ -93,7 +108,7 @@ def make(name: str, model, inputs: list, semantics: str) -> Forward:
     if name == "inductor":
         return _no_grad(_inductor(model, None))
     if name == "inductor-max-autotune-no-cudagraphs":
-        return _no_grad(_inductor(model, "max-autotune-no-cudagraphs"))
+        return _no_grad(_inductor(_fresh_frame(model), "max-autotune-no-cudagraphs"))
     raise KbfuseError(f"unknown survey baseline {name!r}; known: {list(BASELINES)}")
 
 

@@ -363,12 +363,14 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
         root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
         lock=lock,
     )  # fmt: skip
-    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    # each mode's warm-up in a shared hold of its own: a job waiting to be alone waits for
+    # one warm-up, not for a whole shared phase
+    assert lock.events == ["shared in", "shared out"] * 3 + ["alone in", "alone out"]
     assert seen == [
         ("build", "eager", "shared", False),
         ("build", "torchscript", "shared", False),
-        ("warm", AUTOTUNE, "shared", False),  # its kernels compiled beside the other jobs
         ("build", "torchscript", "shared", True),
+        ("warm", AUTOTUNE, "shared", False),  # its kernels compiled beside the other jobs
         ("warm", AUTOTUNE, "shared", True),
         ("build", AUTOTUNE, "alone", False),
         ("time", "strict", "alone", order),
@@ -489,10 +491,12 @@ class OutOfMemoryError(RuntimeError):
 CUBLAS_ALLOC = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
 
 
-def run_out_of_memory(root, tmp_path, monkeypatch, fails, error=None) -> tuple[dict, SpyLock, list]:
-    """Task 53 with eager and TorchScript, TorchScript's build raising `error` (by default
-    OutOfMemoryError) on the calls `fails` says (a function of the call count); (record, lock,
-    builds)."""
+def run_out_of_memory(
+    root, tmp_path, monkeypatch, fails, error=None, names=("eager", "torchscript")
+) -> tuple[dict, SpyLock, list]:
+    """Task 53 with the baselines `names` (eager and TorchScript), TorchScript's build raising
+    `error` (by default OutOfMemoryError) on the calls `fails` says (a function of the call
+    count); (record, lock, builds and warm-ups; max-autotune's build is eager's)."""
     real_build, calls = survey_baselines.build, []
     error = error or OutOfMemoryError("CUDA out of memory")
 
@@ -500,15 +504,31 @@ def run_out_of_memory(root, tmp_path, monkeypatch, fails, error=None) -> tuple[d
         calls.append(name)
         if name == "torchscript" and fails(calls.count("torchscript")):
             raise error
-        return real_build(name, *args)
+        return real_build("eager" if name == AUTOTUNE else name, *args)
+
+    def warm(name, *args):
+        calls.append(f"warm {name}")
+        return 1.0
 
     monkeypatch.setattr(survey_baselines, "build", build)
+    monkeypatch.setattr(survey_baselines, "warm", warm)
     lock = SpyLock()
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": list(names)}})
     out = tmp_path / "53.json"
     run_survey_task(root / "checkout", root / "pin53.json", settings, root / "contract.json",
                     {"strict": out}, print, lock=lock)  # fmt: skip
     return records.read_record(out, "survey_task"), lock, calls
+
+
+def test_a_task_run_again_alone_has_no_warm_up(surveyed, tmp_path, monkeypatch):
+    names = ("eager", "torchscript", AUTOTUNE)
+    rec, lock, calls = run_out_of_memory(
+        surveyed[1], tmp_path, monkeypatch, lambda n: n == 1, names=names
+    )
+    assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
+    assert calls == ["eager", "torchscript", "eager", "torchscript", AUTOTUNE]  # no warm-up
+    assert rec["baselines"][AUTOTUNE]["warm_build_s"] is None
+    assert "warm_builds" not in rec["phases_s"]
 
 
 def test_out_of_memory_beside_other_jobs_runs_the_task_again_alone(surveyed, tmp_path, monkeypatch):

@@ -400,6 +400,9 @@ def survey_task(
                 if not is_out_of_memory(exc):
                     raise
                 rerun = True  # the model or its inputs did not fit on the device
+    if not rerun and _autotuned(t):
+        _warm_ups(t, per_mode, subject, lock, phase)
+        phase.seconds["wait_shared"] = lock.waited_s
     if rerun:
         # Beside other jobs, memory they hold can make a large task fail: once more, alone.
         say("out of memory beside other jobs: the whole task again, alone on the device")
@@ -502,10 +505,19 @@ def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict, phase: Ph
             continue
         m.eager_ok = True
         m.record["compile_cache"] = baselines.compile_cache_counts()
-        if _autotuned(t):
-            with phase("warm_builds"):
-                _warm(t, m, model, inputs)
     return _Subject(model, inputs, eager)
+
+
+def _warm_ups(t: _Task, per_mode: list[_Mode], subject: _Subject, lock, phase: Phases) -> None:
+    """Each mode's warm-ups (`_warm`) in a shared hold of their own: a job waiting to be alone
+    on the GPU waits for the warm-up in progress, not for a whole shared phase with it."""
+    for m in per_mode:
+        if not m.eager_ok:
+            continue
+        with lock.shared():
+            set_numerics(m.name)
+            with phase("reference_and_builds"), phase("warm_builds"):
+                _warm(t, m, subject.model, subject.inputs)
 
 
 def _warm(t: _Task, m: _Mode, model, inputs) -> None:

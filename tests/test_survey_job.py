@@ -455,6 +455,19 @@ def test_every_autotuned_build_of_one_model_compiles_its_own_graph(monkeypatch):
     assert compiled == [True, True, True, False]
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_the_fresh_forward_wraps_the_model_itself_in_its_mode(training):
+    import torch
+
+    model = torch.nn.Dropout(0.5).train(training)
+    fresh = survey_baselines._fresh_frame(model)
+    assert fresh.inner is model and fresh.training is training and model.training is training
+    x = torch.ones(1000)
+    assert torch.equal(fresh(x), x) is not training  # dropout acts only in training
+    other = survey_baselines._fresh_frame(model)
+    assert other.forward.__code__ is not fresh.forward.__code__  # what Dynamo keys on
+
+
 def test_only_an_autotuned_baseline_is_warmed_up():
     with pytest.raises(KbfuseError, match="baseline 'inductor' is not autotuned"):
         survey_baselines.warm("inductor", None, [], "kernelbench", lambda: None)

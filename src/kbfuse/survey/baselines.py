@@ -96,6 +96,7 @@ def _fresh_frame(model):
     exec("def forward(self, *inputs):\n    return self.inner(*inputs)\n", namespace)  # noqa: S102
     fresh = type("FreshFrame", (torch.nn.Module,), {"forward": namespace["forward"]})()
     fresh.inner = model
+    fresh.training = model.training  # the wrapper's own flag only: the model keeps its mode
     return fresh
 
 

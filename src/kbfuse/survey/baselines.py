@@ -127,7 +127,7 @@ WARM_TAG = " warm-up"
 
 
 @contextlib.contextmanager
-def _build_settings(name: str, tag: str = ""):
+def _build_settings(name: str, tag: str):
     if name not in AUTOTUNED:
         yield
         return
@@ -142,16 +142,20 @@ def _build_settings(name: str, tag: str = ""):
         yield
 
 
-def build(name: str, model, inputs: list, semantics: str, sync: Callable[[], None]) -> tuple:
-    """(forward, build_s): the baseline built and called once on `inputs` (where Inductor
-    compiles, under `autotune_cache_settings` for an AUTOTUNED one); `sync` waits for the
-    device."""
+def _built(name: str, model, inputs: list, semantics: str, sync, tag: str) -> tuple:
     start = time.perf_counter()
-    with _build_settings(name):
+    with _build_settings(name, tag):
         forward = make(name, model, inputs, semantics)
         forward(*inputs)
         sync()
     return forward, time.perf_counter() - start
+
+
+def build(name: str, model, inputs: list, semantics: str, sync: Callable[[], None]) -> tuple:
+    """(forward, build_s): the baseline built and called once on `inputs` (where Inductor
+    compiles, under `autotune_cache_settings` for an AUTOTUNED one); `sync` waits for the
+    device."""
+    return _built(name, model, inputs, semantics, sync, "")
 
 
 def warm(name: str, model, inputs: list, semantics: str, sync: Callable[[], None]) -> float:
@@ -159,11 +163,7 @@ def warm(name: str, model, inputs: list, semantics: str, sync: Callable[[], None
     WARM_TAG, never read by `build`); returns its seconds, what a cold compile costs."""
     if name not in AUTOTUNED:
         raise KbfuseError(f"baseline {name!r} is not autotuned: nothing to warm up")
-    start = time.perf_counter()
-    with _build_settings(name, WARM_TAG):
-        make(name, model, inputs, semantics)(*inputs)
-        sync()
-    return time.perf_counter() - start
+    return _built(name, model, inputs, semantics, sync, WARM_TAG)[1]
 
 
 @contextlib.contextmanager

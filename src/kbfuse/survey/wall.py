@@ -45,8 +45,12 @@ RECORD_PHASES = (
     "load", "wait_shared", "reference_and_builds", "wait_alone", "alone_builds", "timing",
     "profile",
 )  # fmt: skip
-# Within reference_and_builds and alone_builds: not added to them, absent from older records.
-WITHIN_PHASES = ("official_trials", "warm_builds")
+# Parts of other phases (named by what they are within): not added to them, absent from
+# older records.
+WITHIN_PHASES = {
+    "official_trials": "the two builds phases",  # reference_and_builds and alone_builds
+    "warm_builds": "reference_and_builds",
+}
 PHASES = ("startup_s", *(f"{p}_s" for p in (*RECORD_PHASES, *WITHIN_PHASES)), "alone_s")
 
 
@@ -169,10 +173,8 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
         value = totals[phase]
         share = "" if value is None else f"{100 * value / totals['job_s']:.0f}%"
         name = phase.removesuffix("_s")
-        if name == "warm_builds":
-            name += " (within reference_and_builds)"
-        elif name in WITHIN_PHASES:
-            name += " (within the two builds phases)"
+        if name in WITHIN_PHASES:
+            name += f" (within {WITHIN_PHASES[name]})"
         lines.append(f"| {name} | {_fmt(value)} | {share} |")
     if report["wall_s"] is not None:
         lines.append(

@@ -80,7 +80,9 @@ fi
 RESUME_TRIGGERS=()
 if [ -f .resume/results.tar.gz ]; then
   tar xzf .resume/results.tar.gz && RESUME_TRIGGERS=(--rerun-triggers params input software-env)
-  echo "resumed from .resume/results.tar.gz: $(find results/audit -path '*/verdicts/*.json' | wc -l) verdicts" \
+  echo "resumed from .resume/results.tar.gz (tools/resume-pack.sh):" \
+    "$(find results/audit -path '*/verdicts/*.json' 2> /dev/null | wc -l) audit verdicts," \
+    "$(find results/survey -path '*/tasks/*.json' 2> /dev/null | wc -l) survey records" \
     | tee -a "$OUT/phases.txt"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
@@ -180,7 +182,7 @@ export -f snake gpu_tests
 # (SURVEY_CONFIG: extra --config items, as for survey above)
 if has bg-survey; then
   start_bg survey python3 -m snakemake --cores "$(nproc)" --keep-going survey \
-    results/env/fingerprint.json --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"}
+    results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"}
 fi
 if has bg-check; then start_bg check snake check; fi
 if has bg-tests; then start_bg tests gpu_tests; fi

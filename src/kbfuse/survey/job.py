@@ -510,10 +510,13 @@ def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict, phase: Ph
 
 def _warm_ups(t: _Task, per_mode: list[_Mode], subject: _Subject, lock, phase: Phases) -> None:
     """Each mode's warm-ups (`_warm`) in a shared hold of their own: a job waiting to be alone
-    on the GPU waits for the warm-up in progress, not for a whole shared phase with it."""
+    on the GPU waits for the warm-up in progress, not for a whole shared phase with it. Before
+    each wait the job returns the allocator's cache: a job alone on the GPU meanwhile may need
+    the memory (session 18's task 90 ran out of it there, beside 27 GB one waiting job kept)."""
     for m in per_mode:
         if not m.eager_ok:
             continue
+        release_memory()
         with lock.shared():
             set_numerics(m.name)
             with phase("reference_and_builds"), phase("warm_builds"):

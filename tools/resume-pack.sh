@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Make .resume/results.tar.gz from a device call's returned results.tar.gz, so that the next
+# call (tools/h200-run.sh, on a fresh machine) goes on where that run stopped.
+#   usage: bash tools/resume-pack.sh RETURNED_RESULTS_TAR_GZ [PATH...]
+# PATHs (relative to the repository root, e.g. results/survey/strict/tasks/90.json) are left
+# out of the archive, so that the jobs making them run again.
+# The returned archive leaves out the KernelBench checkout (results/kernelbench/checkout): it is
+# made again here from the carried .kb/KernelBench.git at the pinned commit, its files' times
+# set to the pin record's, so that Snakemake sees the checkout it made. Run from the repository
+# root, with the project installed (kbfuse's own pin_kernelbench makes the checkout).
+set -euo pipefail
+returned=$(realpath "${1:?usage: bash tools/resume-pack.sh RETURNED_RESULTS_TAR_GZ [PATH...]}")
+shift
+[ -d .kb/KernelBench.git ] || { echo "no .kb/KernelBench.git: run tools/device-carry.sh" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar xzf "$returned" -C "$work"
+for path in "$@"; do
+  [ -e "$work/$path" ] || { echo "$returned has no $path" >&2; exit 1; }
+  rm -r "${work:?}/$path" && echo "left out: $path"
+done
+record="$work/results/kernelbench/checkout.json"
+[ -f "$record" ] || { echo "$returned has no results/kernelbench/checkout.json" >&2; exit 1; }
+python3 - "$PWD/.kb/KernelBench.git" "$record" "$work" <<'EOF'
+import json, sys
+from pathlib import Path
+from kbfuse.tasks.kernelbench import pin_kernelbench
+
+url, record, work = sys.argv[1], json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
+pin_kernelbench(
+    url=url, commit=record["commit"], level=record["level"],
+    tasks=[int(t) for t in record["tasks"]],
+    checkout=work / "results/kernelbench/checkout", pin_json=work / "pin-again.json",
+)
+again = json.loads((work / "pin-again.json").read_text())
+if again["tasks"] != record["tasks"]:
+    sys.exit("the checkout made again differs from the returned pin record")
+(work / "pin-again.json").unlink()
+EOF
+find "$work/results/kernelbench/checkout" -exec touch -h -r "$record" {} +
+mkdir -p .resume
+(cd "$work" && tar czf "$OLDPWD/.resume/results.tar.gz.tmp" results .snakemake)
+mv .resume/results.tar.gz.tmp .resume/results.tar.gz
+echo "wrote .resume/results.tar.gz ($(du -h .resume/results.tar.gz | cut -f1))"

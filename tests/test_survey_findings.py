@@ -160,3 +160,27 @@ def test_survey_doc_quotes_the_wall_time_of_the_committed_run():
     doc = " ".join((ROOT / "docs/survey.md").read_text().split())
     assert "where its 1,167 s went" in doc and "842" not in doc
     assert f"{round(run['totals']['job_s'])} s in all" in doc
+
+
+def test_a_run_of_level_3_alone_is_a_reference_of_its_own(tmp_path, capsys):
+    """A level-3 run's results (here: the level-2 reference's files moved under
+    survey/level3/) are copied with a manifest; a run with no summary of any level is not."""
+    reference = ROOT / "results/reference/h200/survey"
+    results = tmp_path / "results"
+    for part in ("kernelbench", "env"):
+        shutil.copytree(reference / part, results / part)
+    level3 = results / "survey/level3"
+    for part in ("strict/tasks", "summary"):
+        shutil.copytree(reference / "survey" / part, level3 / part)
+    tool = _tool("survey_reference")
+    assert tool.main(["--results", str(results), "--out", str(tmp_path / "o")]) == 0
+    out = tmp_path / "o"
+    assert (out / "survey/level3/summary/survey_strict.csv").is_file()
+    assert (out / "survey/level3/strict/tasks/53.json").is_file()
+    assert not (out / "survey/summary").exists()
+    manifest = (out / "manifest.json").read_text()
+    assert "survey/level3/summary/where_to_fuse_strict.png" in manifest
+    shutil.rmtree(level3 / "summary")
+    assert tool.main(["--results", str(results), "--out", str(tmp_path / "p")]) == 1
+    assert "holds nothing: run the survey to its end" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

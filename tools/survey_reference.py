@@ -2,6 +2,8 @@
 
     python tools/survey_reference.py --results RUN/results --out results/reference/h200/survey
 
+A run of another level (`survey.level`) is a reference of its own, beside level 2's (for
+example `--out results/reference/h200/survey-level3`): each run has its machine's fingerprint.
 Copies, keeping their paths under `results/`: every survey record and summary file
 (`kbfuse.results.manifest.survey_files`), the task list and per-task pins, the survey jobs'
 Snakemake benchmark files (of level 2 under `survey/`, of every other level surveyed there
@@ -16,6 +18,7 @@ manifest quotes the checkout record as its pin), with the study config that was 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from kbfuse.results.manifest import (  # noqa: E402
 from kbfuse.workflow.config import load_config  # noqa: E402
 
 FINGERPRINT_TARGET = "results/env/fingerprint.json"
+SUMMARY = re.compile(r"survey/(level\d+/)?summary/")  # level 2's, or another level's
 CONTRACT = RECORDS["kernelbench_contract"].path
 EXTRA_GLOBS = tuple(
     pattern.format(root=root)
@@ -54,8 +58,11 @@ def reference_files(results: Path) -> list[str]:
                 " to its end first"
             )
         found.add(required)
-    if not any(rel.startswith("survey/summary/") for rel in found):
-        raise KbfuseError(f"{results}/survey/summary holds nothing: run the survey to its end")
+    if not any(SUMMARY.match(rel) for rel in found):
+        raise KbfuseError(
+            f"{results}/survey/summary (or survey/level<N>/summary) holds nothing: run the"
+            " survey to its end"
+        )
     return sorted(found)
 
 

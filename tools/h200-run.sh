@@ -161,6 +161,7 @@ start_bg() {  # NAME COMMAND...: run COMMAND in its own session, past the end of
   local name=$1
   shift
   mkdir -p "$bg"
+  rm -f "$bg/$name.end" "$bg/$name.rc"  # an earlier run of that name on this warm machine
   date +%s > "$bg/$name.start"
   stamp "background $name: $*"
   setsid nohup bash -c '"$@"; echo $? > '"$bg/$name.rc"'; date +%s > '"$bg/$name.end" \

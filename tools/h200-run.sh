@@ -181,9 +181,13 @@ export kb
 export -f snake gpu_tests
 # the survey reference (tools/survey_reference.py) needs the machine's fingerprint too
 # (SURVEY_CONFIG: extra --config items, as for survey above)
+# SURVEY_JOBS: task jobs at a time (the profile's gpu_jobs, 6, by default): more jobs share
+# each window between two jobs' alone phases (docs/survey.md, "Wall time")
 if has bg-survey; then
   start_bg survey python3 -m snakemake --cores "$(nproc)" --keep-going survey \
-    results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"}
+    results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
+    ${SURVEY_JOBS:+--resources gpu=1 "gpu_jobs=$SURVEY_JOBS"} \
+    --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"}
 fi
 if has bg-check; then start_bg check snake check; fi
 if has bg-tests; then start_bg tests gpu_tests; fi

@@ -13,7 +13,7 @@ returned=$(realpath "${1:?usage: bash tools/resume-pack.sh RETURNED_RESULTS_TAR_
 shift
 [ -d .kb/KernelBench.git ] || { echo "no .kb/KernelBench.git: run tools/device-carry.sh" >&2; exit 1; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$PWD/.resume/results.tar.gz.tmp"' EXIT
 tar xzf "$returned" -C "$work"
 for path in "$@"; do
   [ -e "$work/$path" ] || { echo "$returned has no $path" >&2; exit 1; }

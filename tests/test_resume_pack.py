@@ -58,6 +58,11 @@ def _pack(work: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _resume_archive(work: Path) -> bytes | None:
+    archive = work / ".resume" / "results.tar.gz"
+    return archive.read_bytes() if archive.exists() else None
+
+
 def test_the_checkout_is_made_again_with_the_pin_records_time_and_left_out_paths_go(returned):
     work, archive, record = returned
     done = _pack(work, str(archive), "results/survey/strict/tasks/1.json")
@@ -74,18 +79,13 @@ def test_the_checkout_is_made_again_with_the_pin_records_time_and_left_out_paths
     assert not (work / ".resume" / "results.tar.gz.tmp").exists()
 
 
-def test_a_path_the_archive_lacks_is_refused_and_nothing_is_written(returned, tmp_path):
+def test_a_path_the_archive_lacks_is_refused_and_nothing_is_written(returned):
     work, archive, _ = returned
-    before = (
-        (work / ".resume" / "results.tar.gz").read_bytes() if (work / ".resume").exists() else None
-    )
+    before = _resume_archive(work)
     done = _pack(work, str(archive), "results/survey/strict/tasks/7.json")
     assert done.returncode == 1
     assert "has no results/survey/strict/tasks/7.json" in done.stderr
-    after = (
-        (work / ".resume" / "results.tar.gz").read_bytes() if (work / ".resume").exists() else None
-    )
-    assert after == before
+    assert _resume_archive(work) == before
 
 
 def test_without_the_carried_kernelbench_it_says_what_to_run(returned, tmp_path):

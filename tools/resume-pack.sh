@@ -27,18 +27,15 @@ from pathlib import Path
 from kbfuse.tasks.kernelbench import pin_kernelbench
 
 url, record, work = sys.argv[1], json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
-pin_kernelbench(
+pin_kernelbench(  # its own record goes beside the archive's contents, deleted with them
     url=url, commit=record["commit"], level=record["level"],
     tasks=[int(t) for t in record["tasks"]],
     checkout=work / "results/kernelbench/checkout", pin_json=work / "pin-again.json",
 )
-again = json.loads((work / "pin-again.json").read_text())
-if again["tasks"] != record["tasks"]:
-    sys.exit("the checkout made again differs from the returned pin record")
-(work / "pin-again.json").unlink()
 EOF
 find "$work/results/kernelbench/checkout" -exec touch -h -r "$record" {} +
 mkdir -p .resume
+rm "$work/pin-again.json"
 (cd "$work" && tar czf "$OLDPWD/.resume/results.tar.gz.tmp" results .snakemake)
 mv .resume/results.tar.gz.tmp .resume/results.tar.gz
 echo "wrote .resume/results.tar.gz ($(du -h .resume/results.tar.gz | cut -f1))"

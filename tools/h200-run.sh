@@ -73,13 +73,14 @@ if [ -f .corpus/cuda_l1_h100.json.xz ]; then
   export KBFUSE_AUDIT_CUDA_L1=/tmp/corpus/cuda_l1_h100.json
 fi
 # .resume/results.tar.gz: an earlier call's results and .snakemake (with the KernelBench checkout
-# the pack leaves out put back, its times kept), unpacked before anything runs so that a
-# background run an ended machine cut short goes on where it stopped. The working tree's copy
-# here may be newer than those results, so the resumed run compares params and inputs, not
-# times (RESUME_TRIGGERS).
+# the pack leaves out put back), unpacked once per machine before anything runs, so that a
+# background run an ended machine cut short goes on where it stopped (tools/resume-unpack.sh:
+# why the files' times are set to now). The resumed run compares params, the set of inputs and
+# the software (RESUME_TRIGGERS).
 RESUME_TRIGGERS=()
 if [ -f .resume/results.tar.gz ]; then
-  tar xzf .resume/results.tar.gz && RESUME_TRIGGERS=(--rerun-triggers params input software-env)
+  bash tools/resume-unpack.sh .resume/results.tar.gz /tmp/kbfuse-resumed | tee -a "$OUT/phases.txt" || exit 1
+  RESUME_TRIGGERS=(--rerun-triggers params input software-env)
   echo "resumed from .resume/results.tar.gz (tools/resume-pack.sh):" \
     "$(find results/audit -path '*/verdicts/*.json' 2> /dev/null | wc -l) audit verdicts," \
     "$(find results/survey -path '*/tasks/*.json' 2> /dev/null | wc -l) survey records" \

@@ -38,7 +38,9 @@ rule record:
 def _snakemake(work: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        cwd=work, capture_output=True, text=True,
+        cwd=work,
+        capture_output=True,
+        text=True,
     )
 
 

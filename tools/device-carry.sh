@@ -9,7 +9,7 @@
 # Makes:
 #   .kb/KernelBench.git  a bare git directory holding the pinned commit alone (config/config.yaml's
 #                    kernelbench.commit), the kernelbench.url tools/h200-run.sh and the GPU tests use
-#   .whl             Snakemake's wheels
+#   .whl             Snakemake's wheels, and einops's
 #   .bwrap           Debian's bubblewrap and its libraries, as .debs (kbfuse check's sandbox)
 #   .nvrtc12         NVRTC 12.9's two libraries, xz-compressed (the nvrtc12-* variants)
 #   .corpus          CUDA-L1's H100 kernels, optimized_cuda_code/h100.json, xz-compressed
@@ -36,6 +36,9 @@ git -C .kb/KernelBench.git fetch -q --depth 1 "$(source_of "$kernelbench")" "$co
 
 echo "device-carry: .whl"
 rm -rf .whl && bash "$wheels"
+# einops: a dependency of kbfuse (KernelBench's level-3 Mamba2 task files import it) that the
+# GPU machine lacks
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl "einops>=0.8"
 # pulp's wheel is 16 MB of CBC solver binaries Snakemake's greedy scheduler never runs: left
 # out (with their RECORD lines) so that a call's tree stays under its 64 MiB
 python3 - .whl/pulp-*.whl <<'PY'

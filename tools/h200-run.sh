@@ -181,15 +181,31 @@ gpu_tests() {
 export kb
 export -f snake gpu_tests
 # the survey reference (tools/survey_reference.py) needs the machine's fingerprint too
-# (SURVEY_CONFIG: extra --config items, as for survey above)
+# (SURVEY_CONFIG: extra --config items, as for survey above; SURVEY_NEXT_CONFIG: when set, a
+# second survey with those items once the first has ended, e.g. level 3 after level 2, so that
+# it starts without waiting for the next call)
 # SURVEY_JOBS: task jobs at a time (the profile's gpu_jobs, 6, by default): more jobs share
 # each window between two jobs' alone phases (docs/survey.md, "Wall time")
-if has bg-survey; then
-  start_bg survey python3 -m snakemake --cores "$(nproc)" --keep-going survey \
-    results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
-    ${SURVEY_JOBS:+--resources gpu=1 "gpu_jobs=$SURVEY_JOBS"} \
-    --config "$kb" ${SURVEY_CONFIG:+"$SURVEY_CONFIG"}
-fi
+resume_triggers="${RESUME_TRIGGERS[*]}"
+survey_once() {  # [CONFIG_ITEM]
+  # shellcheck disable=SC2086  # resume_triggers: words on purpose
+  python3 -m snakemake --cores "$(nproc)" --keep-going survey results/env/fingerprint.json \
+    $resume_triggers ${SURVEY_JOBS:+--resources gpu=1 "gpu_jobs=$SURVEY_JOBS"} \
+    --config "$kb" ${1:+"$1"}
+}
+surveys() {
+  echo "== $(date -u +%FT%TZ) survey: ${SURVEY_CONFIG:-config/config.yaml as it is}"
+  survey_once "${SURVEY_CONFIG:-}"
+  local first=$?
+  [ -z "${SURVEY_NEXT_CONFIG:-}" ] && return $first
+  echo "== $(date -u +%FT%TZ) survey (rc $first), then: $SURVEY_NEXT_CONFIG"
+  survey_once "$SURVEY_NEXT_CONFIG"
+  local next=$?
+  return $(( first || next ))
+}
+export resume_triggers
+export -f survey_once surveys
+if has bg-survey; then start_bg survey surveys; fi
 if has bg-check; then start_bg check snake check; fi
 if has bg-tests; then start_bg tests gpu_tests; fi
 if has bg-study; then

@@ -71,7 +71,7 @@ if "fused2" in config:
 
 
 # On a cluster these run on the submitting host: the checkout needs the network, the others
-# take seconds of CPU on small files (profiles/slurm).
+# take seconds of CPU on small files (profiles/slurm; a level-3 GRU's survey_floor a minute).
 localrules:
     kernelbench_checkout,
     kernelbench_task,
@@ -87,6 +87,7 @@ localrules:
     survey_task_list,
     survey_devices,
     survey_pin,
+    survey_floor,
     survey_records,
     survey_summary,
 

@@ -10,6 +10,7 @@ import pytest
 from survey_kbrepo import SURVEY_TASK_FILES
 from survey_records import record
 
+from kbfuse.errors import KbfuseError
 from kbfuse.io import sha256_file
 from kbfuse.survey import floor
 
@@ -158,3 +159,66 @@ def test_the_command_prints_one_tasks_floor(tmp_path, capsys):
     with pytest.raises(SystemExit, match="2"):
         floor.main([str(tmp_path), "2", "5"])
     assert "level 2 of" in capsys.readouterr().err
+
+
+def _pin(tmp_path, rec, level: int = 2):
+    import json
+
+    path = tmp_path / "pin.json"
+    path.write_text(json.dumps({
+        "kind": "kernelbench_pin", "schema_version": 1, "url": "local mirror",
+        "commit": "423217d9fda91e0c2d67e4a43bf62f96f6d104f1",
+        "head": "423217d9fda91e0c2d67e4a43bf62f96f6d104f1", "level": level,
+        "tasks": {str(rec["task"]): {
+            "name": rec["file"][:-3], "path": f"KernelBench/level{level}/{rec['file']}",
+            "sha256": rec["sha256"],
+        }},
+    }))  # fmt: skip
+    return path
+
+
+def test_the_floor_record_of_a_pinned_task_is_valid_and_names_its_file(tmp_path):
+    from kbfuse.results.records import validate_record
+
+    rec = _checkout(tmp_path, 1)
+    found = floor.floor_record(tmp_path, _pin(tmp_path, rec), "kernelbench")
+    validate_record(found, floor.KIND, "floor record")
+    assert {k: found[k] for k in ("task", "level", "file", "sha256", "semantics", "problem")} == {
+        "task": 1, "level": 2, "file": "1_Conv2D_ReLU_BiasAdd.py", "sha256": rec["sha256"],
+        "semantics": "kernelbench", "problem": None,
+    }  # fmt: skip
+    assert found["floor"]["floor_bytes"] == 2 * 2 * 4 * 6 * 6 * F32 + 4 * F32
+
+
+def test_a_forward_that_reads_data_makes_a_floor_record_without_a_floor(tmp_path):
+    rec = _checkout(tmp_path, 9)
+    found = floor.floor_record(tmp_path, _pin(tmp_path, rec), "eval")
+    assert found["floor"] is None and found["semantics"] == "eval"
+    assert found["problem"].startswith("no floor: DataDependentOutputException")
+
+
+def test_the_summary_uses_a_floor_record_only_for_its_own_file_and_semantics(tmp_path):
+    import json
+
+    from kbfuse.survey.summary import recorded_floors
+
+    rec = _checkout(tmp_path, 1)
+    found = floor.floor_record(tmp_path, _pin(tmp_path, rec), "kernelbench")
+    path = tmp_path / "1.json"
+    path.write_text(json.dumps(found))
+    other = {**record(task=53), "sha256": "1" * 64}
+    assert recorded_floors([path], [rec, rec, other]) == {
+        1: (found["floor"], None),
+        53: (None, "no floor: no floor record of the task"),
+    }
+    edited = {**rec, "sha256": "2" * 64}
+    assert recorded_floors([path], [edited]) == {
+        1: (None, "no floor: the floor record is of another file than 1_Conv2D_ReLU_BiasAdd.py")
+    }
+    evaluated = {**rec, "semantics": "eval"}
+    assert recorded_floors([path], [evaluated]) == {
+        1: (None, "no floor: the floor record's semantics is kernelbench, the record's eval")
+    }
+    path.write_text(json.dumps({**found, "floor": {"floor_bytes": -1}}))
+    with pytest.raises(KbfuseError, match="1.json"):
+        recorded_floors([path], [rec])

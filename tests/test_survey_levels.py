@@ -109,10 +109,13 @@ def test_records_of_two_levels_are_not_summarised_together(tmp_path):
 def test_the_manifest_lists_every_levels_survey(tmp_path):
     for rel in ("survey/strict/tasks/1.json", "survey/level3/strict/tasks/1.json",
                 "survey/level3/summary/survey_strict.csv", "survey/summary/survey_strict.md",
-                "survey/level3/pins/1.json"):  # fmt: skip
+                "survey/level3/pins/1.json", "survey/floors/1.json",
+                "survey/level3/floors/1.json"):  # fmt: skip
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("{}")
     assert survey_files(tmp_path) == [
+        "survey/floors/1.json",
+        "survey/level3/floors/1.json",
         "survey/level3/strict/tasks/1.json",
         "survey/level3/summary/survey_strict.csv",
         "survey/strict/tasks/1.json",

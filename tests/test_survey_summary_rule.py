@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, snakemake
 from survey_records import record, write_records
 
+from kbfuse.io import write_json
 from kbfuse.survey.summary import summary_outputs
 
 pytestmark = pytest.mark.slow
@@ -32,6 +33,10 @@ SURVEY_CHECKOUT = "checkout"
 
 def survey_record_files(wildcards):
     return expand("results/survey/{{m}}/tasks/{{t}}.json", m=SURVEY["numerics"], t=[1, 53])
+
+
+def survey_floor_files(wildcards):
+    return expand("results/survey/floors/{{t}}.json", t=[1, 53])
 
 
 def survey_path(name, **wildcards):
@@ -52,7 +57,26 @@ def stub_workflow(tmp_path) -> Path:
         tmp_path / "results",
         [record(task=t, mode=m) for m in MODES for t in (1, 53)],
     )
+    for task in (1, 53):
+        write_json(tmp_path / f"results/survey/floors/{task}.json", floor_of(record(task=task)))
     return tmp_path
+
+
+def floor_of(rec: dict, floor_bytes: int = 4096 * 128 * 4 * 2) -> dict:
+    """The survey_floor record of a hand-built record's task (the GEMM's output read, the
+    task's written)."""
+    return {
+        "kind": "survey_floor", "schema_version": 1, "task": rec["task"], "level": rec["level"],
+        "file": rec["file"], "sha256": rec["sha256"], "semantics": rec["semantics"],
+        "floor": {
+            "floor_bytes": floor_bytes, "read_library_bytes": floor_bytes // 2,
+            "read_input_bytes": 0, "read_parameter_bytes": 0, "written_bytes": floor_bytes // 2,
+            "library_outputs": [
+                {"op": "aten.addmm", "shape": [128, 4096], "bytes": floor_bytes // 2}
+            ],
+        },
+        "problem": None,
+    }  # fmt: skip
 
 
 def test_survey_target_writes_the_declared_summary_and_reruns_on_change(stub_workflow):
@@ -61,6 +85,7 @@ def test_survey_target_writes_the_declared_summary_and_reruns_on_change(stub_wor
     assert sorted(p.name for p in out.iterdir()) == sorted(summary_outputs(MODES))
     main = pd.read_csv(out / "survey_kernelbench-defaults.csv")
     assert list(main["anchor_eager_ms"]) == [4.35, 5.53]  # tasks 1 and 53 at the pin
+    assert list(main["floor_bytes"]) == [4096 * 128 * 4 * 2] * 2  # from the floor records
 
     again = snakemake(stub_workflow, "--cores", "1", "survey", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -72,6 +97,19 @@ def test_survey_target_writes_the_declared_summary_and_reruns_on_change(stub_wor
     snakemake(stub_workflow, "--cores", "1", "survey")
     main = pd.read_csv(out / "survey_strict.csv")
     assert dict(zip(main["task"], main["blind_spot"], strict=True)) == {1: False, 53: True}
+
+
+def test_a_changed_floor_record_reruns_the_summary_with_its_floor(stub_workflow):
+    snakemake(stub_workflow, "--cores", "1", "survey")
+    write_json(stub_workflow / "results/survey/floors/53.json", floor_of(record(task=53), 1 << 20))
+    plan = snakemake(stub_workflow, "--cores", "1", "survey", "-n")
+    assert "survey_summary" in plan.stdout
+    snakemake(stub_workflow, "--cores", "1", "survey")
+    main = pd.read_csv(stub_workflow / "results/survey/summary/survey_strict.csv")
+    assert dict(zip(main["task"], main["floor_bytes"], strict=True)) == {
+        1: 4096 * 128 * 4 * 2,
+        53: 1 << 20,
+    }
 
 
 def test_a_bad_record_fails_the_job_naming_it_and_leaves_no_summary(stub_workflow):

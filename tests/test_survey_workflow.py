@@ -12,6 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import copy_workflow, snakemake
@@ -197,9 +198,13 @@ def test_another_level_is_surveyed_beside_level_2(settled):
         "tasks": {"1": "1_MLP.py"},
     }
     assert (level3 / "pins/1.json").is_file() and (level3 / "logs/tasks/1.log").is_file()
+    floor = records.read_record(level3 / "floors/1.json", "survey_floor")
+    assert (floor["level"], floor["file"], floor["problem"]) == (3, "1_MLP.py", None)
     assert (workdir / "results/benchmarks/survey/level3/1.tsv").is_file()
     main = (level3 / "summary/survey_strict.csv").read_text()
     assert "1_MLP.py" in main and (level3 / "summary/where_to_fuse_strict.png").is_file()
+    row = pd.read_csv(level3 / "summary/survey_strict.csv").iloc[0]
+    assert row["floor_bytes"] == floor["floor"]["floor_bytes"] > 0
     assert read_json(workdir / "results/survey/strict/tasks/1.json") == before
     assert run(workdir, overlay, dry=True) == set()  # level 2 still has nothing to do
 

@@ -80,6 +80,8 @@ FILES: dict[str, str] = {
     "survey_devices_log": "survey/logs/devices.log",
     "survey_pin": "survey/pins/{survey_task}.json",
     "survey_pin_log": "survey/logs/pins/{survey_task}.log",
+    "survey_floor": "survey/floors/{survey_task}.json",
+    "survey_floor_log": "survey/logs/floors/{survey_task}.log",
     "survey_record": "survey/{numerics}/tasks/{survey_task}.json",
     "survey_log": "survey/logs/tasks/{survey_task}.log",
     "survey_cache": "survey/.cache",

@@ -42,6 +42,28 @@ rule survey_pin:
         "../scripts/survey_pin.py"
 
 
+# A task's memory floor (kbfuse.survey.floor), found on the CPU from its pinned file: a job of
+# its own, with no GPU, so that it runs beside the task jobs rather than in the summary (a
+# level-3 GRU's fake forward takes a minute).
+rule survey_floor:
+    input:
+        checkout=SURVEY_CHECKOUT,
+        pin=survey_path("survey_pin"),
+        code=SURVEY_FLOOR_CODE,
+    output:
+        survey_path("survey_floor"),
+    log:
+        survey_path("survey_floor_log"),
+    wildcard_constraints:
+        survey_task="[1-9][0-9]*",
+    conda:
+        ENV
+    params:
+        semantics=SURVEY["semantics"],
+    script:
+        "../scripts/survey_floor.py"
+
+
 # The cross-device check (kbfuse.survey.agreement): one reference kernel timed on every
 # visible GPU, each alone, before any task job; on one GPU (or the CPU) it only names the
 # device. Devices off the others are reported, and left out of the task jobs' placement with

@@ -40,6 +40,7 @@ SURVEY_TASK_RECORDS = expand(
 )
 # What the jobs run (not the summary's modules: editing those reruns no GPU job).
 SURVEY_CODE = module_files("survey.job", "workflow.jobs")
+SURVEY_FLOOR_CODE = module_files("survey.floor")
 
 
 def survey_task_list():
@@ -56,6 +57,12 @@ def survey_pin_inputs(wildcards):
 
 def survey_pin_sha256(wildcards):
     return task_file_sha256(SURVEY_CHECKOUT, SURVEY_LEVEL, int(wildcards.survey_task))
+
+
+def survey_floor_files(wildcards):
+    return expand(
+        survey_path("survey_floor"), survey_task=read_task_list(survey_task_list())
+    )
 
 
 def survey_record_files(wildcards):

@@ -1,8 +1,8 @@
 # The survey's summary (tables, plots) and the `survey` target; survey.smk writes the records
 # (SURVEY: the survey block with defaults; survey_record_files: every record of every task and
-# numerics mode; SURVEY_CHECKOUT: the pinned KernelBench checkout, whose H100 timings are the
-# anchor and whose task files give each task's memory floor; survey_path: a survey file of
-# the configured level). kbfuse.survey.summary holds the logic, docs/survey.md what the
+# numerics mode; survey_floor_files: every task's memory floor, a record each;
+# SURVEY_CHECKOUT: the pinned KernelBench checkout, whose H100 timings are the anchor;
+# survey_path: a survey file of the configured level). kbfuse.survey.summary holds the logic, docs/survey.md what the
 # tables say.
 from kbfuse import layout
 from kbfuse.survey.summary import caption_name as survey_caption
@@ -23,6 +23,7 @@ rule survey_summary:
     input:
         **SURVEY_SUMMARY_BANDWIDTH,
         records=survey_record_files,
+        floors=survey_floor_files,
         checkout=SURVEY_CHECKOUT,
         code=SURVEY_SUMMARY_CODE,
     output:

@@ -9,4 +9,5 @@ with job(snakemake.log[0], "survey_summary", torch=False):
         snakemake.input.checkout,
         Path(snakemake.output[0]).parent,
         fingerprint=getattr(snakemake.input, "fingerprint", None),
+        floor_files=snakemake.input.floors,
     )

@@ -47,6 +47,7 @@ SURVEY_GLOBS = tuple(
     for root in ("survey", "survey/level*")
     for pattern in (
         "*/tasks/*.json",
+        "floors/*.json",
         "devices.json",
         "summary/*.csv",
         "summary/*.md",

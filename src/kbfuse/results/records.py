@@ -45,7 +45,7 @@ from kbfuse.layout import RECORDS
 MAX_RECORD_BYTES = 64 << 20
 # Every result record (kbfuse.layout.RECORDS), the manifest and the survey's records (its tasks',
 # and its cross-device check's) have a schema of their own.
-SCHEMA_KINDS = (*RECORDS, "manifest", "survey_task", "survey_devices")
+SCHEMA_KINDS = (*RECORDS, "manifest", "survey_task", "survey_devices", "survey_floor")
 _SHOWN_ERRORS = 5
 
 

@@ -36,6 +36,8 @@ that is not installed has no floor: `problem` says why.
     python -m kbfuse.survey.floor CHECKOUT LEVEL TASK [--gbps 4287.3]
 
 prints one task's floor (and its milliseconds at a copy bandwidth), as the summary computes it.
+The workflow finds each task's floor in a CPU job of its own (`survey_floor`, beside the GPU
+jobs: a level-3 GRU's fake forward takes a minute), and the summary reads those records.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ LIBRARY_OPS = frozenset(
     }
 )  # fmt: skip
 INPUT, PARAMETER, LIBRARY, OTHER = "input", "parameter", "library", "other"
+KIND = "survey_floor"  # a task's floor as a record of its own (floor_record)
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -215,6 +219,29 @@ def record_floor(checkout: str | Path, rec: Mapping) -> tuple[dict | None, str |
         cause = exc.__cause__ or exc  # an import's own error, not the message naming its path
         message = str(cause).strip().splitlines()
         return None, f"no floor: {type(cause).__name__}: {message[0][:200] if message else ''}"
+
+
+def floor_record(checkout: str | Path, pin_path: str | Path, semantics: str) -> dict[str, Any]:
+    """The `survey_floor` record of the one task a survey pin names: its floor (null, and the
+    problem, when it has none), with what the summary matches against that task's survey
+    records: the level, the file and its sha256, the semantics."""
+    from kbfuse.errors import KbfuseError
+    from kbfuse.tasks.kernelbench import read_pin
+
+    pin = read_pin(pin_path)
+    if len(pin["tasks"]) != 1:
+        raise KbfuseError(f"survey pin {pin_path} must name exactly one task")
+    ((task, entry),) = pin["tasks"].items()
+    named = {
+        "task": int(task),
+        "level": int(pin["level"]),
+        "file": Path(entry["path"]).name,
+        "sha256": entry["sha256"],
+        "semantics": semantics,
+    }
+    found, problem = record_floor(checkout, named)
+    return {"kind": KIND, "schema_version": SCHEMA_VERSION, **named, "floor": found,
+            "problem": problem}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

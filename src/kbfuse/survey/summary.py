@@ -373,6 +373,35 @@ def task_floors(checkout: str | Path, recs: Iterable[Mapping]) -> dict[int, tupl
     return found
 
 
+def recorded_floors(floor_files: Iterable[str | Path], recs: Iterable[Mapping]) -> dict:
+    """task -> (floor, why none) for every task of the records, from the `survey_floor`
+    records (kbfuse.survey.floor.floor_record), each used only for the records of its task's
+    level, file (by sha256) and semantics."""
+    from kbfuse.survey import floor
+
+    by_task = {}
+    for path in floor_files:
+        found = records.read_record(path, floor.KIND)
+        by_task[found["task"]] = found
+    floors: dict[int, tuple] = {}
+    for rec in recs:
+        if rec["task"] not in floors:
+            floors[rec["task"]] = _matched_floor(by_task.get(rec["task"]), rec)
+    return floors
+
+
+def _matched_floor(found: Mapping | None, rec: Mapping) -> tuple:
+    semantics = rec.get("semantics", "kernelbench")
+    if found is None:
+        return None, "no floor: no floor record of the task"
+    if (found["level"], found["sha256"]) != (rec.get("level", 2), rec["sha256"]):
+        return None, f"no floor: the floor record is of another file than {rec['file']}"
+    if found["semantics"] != semantics:
+        why = f"the floor record's semantics is {found['semantics']}, the record's {semantics}"
+        return None, f"no floor: {why}"
+    return found["floor"], found["problem"]
+
+
 OFFICIAL_FAILURE = "official check"
 
 
@@ -551,11 +580,13 @@ def write_survey_summary(
     outdir: str | Path,
     hardware: str = anchors.DEFAULT_HARDWARE,
     fingerprint: str | Path | None = None,
+    floor_files: Sequence[str | Path] | None = None,
 ) -> list[Path]:
     """Read every record (mode -> paths), build every table and plot, write them to outdir
     (all or nothing: nothing appears before every file is complete); return the paths. The
-    pinned `checkout` gives the anchor and each task's memory floor, the env `fingerprint`
-    the copy bandwidth the floor is divided by (either may be None: those cells stay blank)."""
+    pinned `checkout` gives the anchor and each task's memory floor (found here, unless
+    `floor_files`, the tasks' `survey_floor` records, hold them), the env `fingerprint` the
+    copy bandwidth the floor is divided by (either may be None: those cells stay blank)."""
     from kbfuse.results.summary import write_table
     from kbfuse.survey import plots
 
@@ -567,7 +598,10 @@ def write_survey_summary(
     files = sorted({rec["file"] for rec in every})
     level = survey_level(every)
     anchor = anchors.read_anchor(checkout, files, hardware, level) if checkout else None
-    floors = task_floors(checkout, every) if checkout else None
+    if floor_files is not None:
+        floors = recorded_floors(floor_files, every)
+    else:
+        floors = task_floors(checkout, every) if checkout else None
     copy = headroom.read_copy_bandwidth(fingerprint)
     tables = build_survey_tables(by_mode, anchor, floors, copy)
     written: list[Path] = []

@@ -76,11 +76,14 @@ fi
 # the pack leaves out put back), unpacked once per machine before anything runs, so that a
 # background run an ended machine cut short goes on where it stopped (tools/resume-unpack.sh:
 # why the files' times are set to now). The resumed run compares params, the set of inputs and
-# the software (RESUME_TRIGGERS).
+# the software (RESUME_TRIGGERS); RESUME_RERUN_TRIGGERS="params software-env" leaves out the
+# set of inputs, for a resume across a commit that adds a file every job lists (a new record
+# schema: each job's code inputs list every schema) without changing what the jobs compute.
 RESUME_TRIGGERS=()
 if [ -f .resume/results.tar.gz ]; then
   bash tools/resume-unpack.sh .resume/results.tar.gz /tmp/kbfuse-resumed | tee -a "$OUT/phases.txt" || exit 1
-  RESUME_TRIGGERS=(--rerun-triggers params input software-env)
+  # shellcheck disable=SC2206  # the triggers: words on purpose
+  RESUME_TRIGGERS=(--rerun-triggers ${RESUME_RERUN_TRIGGERS:-params input software-env})
   echo "resumed from .resume/results.tar.gz (tools/resume-pack.sh):" \
     "$(find results/audit -path '*/verdicts/*.json' 2> /dev/null | wc -l) audit verdicts," \
     "$(find results/survey -path '*/tasks/*.json' 2> /dev/null | wc -l) survey records" \

@@ -188,6 +188,18 @@ def test_the_floor_record_of_a_pinned_task_is_valid_and_names_its_file(tmp_path)
         "semantics": "kernelbench", "problem": None,
     }  # fmt: skip
     assert found["floor"]["floor_bytes"] == 2 * 2 * 4 * 6 * 6 * F32 + 4 * F32
+    assert [(o["op"], o["count"]) for o in found["floor"]["library_outputs"]] == [
+        ("aten.convolution", 1)
+    ]
+
+
+def test_identical_library_outputs_are_listed_once_with_their_count():
+    gemm = {"op": "aten.mm", "shape": [4, 16], "bytes": 256}
+    conv = {"op": "aten.convolution", "shape": [1, 2], "bytes": 8}
+    assert floor.grouped_outputs([gemm, conv, gemm, gemm]) == [
+        {**gemm, "count": 3},
+        {**conv, "count": 1},
+    ]
 
 
 def test_a_forward_that_reads_data_makes_a_floor_record_without_a_floor(tmp_path):

@@ -72,7 +72,7 @@ def floor_of(rec: dict, floor_bytes: int = 4096 * 128 * 4 * 2) -> dict:
             "floor_bytes": floor_bytes, "read_library_bytes": floor_bytes // 2,
             "read_input_bytes": 0, "read_parameter_bytes": 0, "written_bytes": floor_bytes // 2,
             "library_outputs": [
-                {"op": "aten.addmm", "shape": [128, 4096], "bytes": floor_bytes // 2}
+                {"op": "aten.addmm", "shape": [128, 4096], "bytes": floor_bytes // 2, "count": 1}
             ],
         },
         "problem": None,

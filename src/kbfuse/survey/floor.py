@@ -240,8 +240,23 @@ def floor_record(checkout: str | Path, pin_path: str | Path, semantics: str) -> 
         "semantics": semantics,
     }
     found, problem = record_floor(checkout, named)
+    if found is not None:
+        found = {**found, "library_outputs": grouped_outputs(found["library_outputs"])}
     return {"kind": KIND, "schema_version": SCHEMA_VERSION, **named, "floor": found,
             "problem": problem}  # fmt: skip
+
+
+def grouped_outputs(library_outputs: Iterable[Mapping]) -> list[dict[str, Any]]:
+    """The library outputs with each (op, shape) once and its `count`, in the order first
+    seen: a recurrent layer's 512 steps make thousands of identical GEMM outputs."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for out in library_outputs:
+        key = (out["op"], tuple(out["shape"]))
+        if key in groups:
+            groups[key]["count"] += 1
+        else:
+            groups[key] = {**out, "count": 1}
+    return list(groups.values())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ SURVEY_LOCAL_RULES = {
     "survey_task_list",
     "survey_devices",
     "survey_pin",
+    "survey_floor",
     "survey_records",
     "survey_summary",
 }

@@ -234,3 +234,19 @@ def test_the_summary_uses_a_floor_record_only_for_its_own_file_and_semantics(tmp
     path.write_text(json.dumps({**found, "floor": {"floor_bytes": -1}}))
     with pytest.raises(KbfuseError, match="1.json"):
         recorded_floors([path], [rec])
+
+
+def test_a_pin_naming_two_tasks_is_refused_naming_the_pin(tmp_path):
+    import json
+
+    rec = _checkout(tmp_path, 1)
+    pin = _pin(tmp_path, rec)
+    data = json.loads(pin.read_text())
+    data["tasks"]["2"] = {
+        **data["tasks"]["1"],
+        "name": "2_Other",
+        "path": "KernelBench/level2/2_Other.py",
+    }
+    pin.write_text(json.dumps(data))
+    with pytest.raises(KbfuseError, match=r"survey pin .*pin.json must name exactly one task"):
+        floor.floor_record(tmp_path, pin, "kernelbench")

@@ -22,6 +22,7 @@ if [ -f "$marker" ] && [ "$(cat "$marker")" = "$sum" ]; then
 fi
 tar xzf "$archive"
 now=$(date +%s)
-tar tzf "$archive" | tr '\n' '\0' | xargs -0 touch -h -d "@$now"
+entries=$(tar tzf "$archive")
+printf '%s\n' "$entries" | tr '\n' '\0' | xargs -0 touch -h -d "@$now"
 echo "$sum" > "$marker"
-echo "unpacked $archive ($(tar tzf "$archive" | wc -l) entries, their times set to now)"
+echo "unpacked $archive ($(printf '%s\n' "$entries" | wc -l) entries, their times set to now)"

@@ -2,8 +2,8 @@
 # (SURVEY: the survey block with defaults; survey_record_files: every record of every task and
 # numerics mode; survey_floor_files: every task's memory floor, a record each;
 # SURVEY_CHECKOUT: the pinned KernelBench checkout, whose H100 timings are the anchor;
-# survey_path: a survey file of the configured level). kbfuse.survey.summary holds the logic, docs/survey.md what the
-# tables say.
+# survey_path: a survey file of the configured level). kbfuse.survey.summary holds the logic,
+# docs/survey.md what the tables say.
 from kbfuse import layout
 from kbfuse.survey.summary import caption_name as survey_caption
 from kbfuse.survey.summary import summary_outputs as survey_summary_outputs

@@ -225,15 +225,12 @@ def floor_record(checkout: str | Path, pin_path: str | Path, semantics: str) -> 
     """The `survey_floor` record of the one task a survey pin names: its floor (null, and the
     problem, when it has none), with what the summary matches against that task's survey
     records: the level, the file and its sha256, the semantics."""
-    from kbfuse.errors import KbfuseError
-    from kbfuse.tasks.kernelbench import read_pin
+    from kbfuse.survey.tasks import read_survey_pin
 
-    pin = read_pin(pin_path)
-    if len(pin["tasks"]) != 1:
-        raise KbfuseError(f"survey pin {pin_path} must name exactly one task")
-    ((task, entry),) = pin["tasks"].items()
+    pin, task = read_survey_pin(pin_path)
+    entry = pin["tasks"][str(task)]
     named = {
-        "task": int(task),
+        "task": task,
         "level": int(pin["level"]),
         "file": Path(entry["path"]).name,
         "sha256": entry["sha256"],

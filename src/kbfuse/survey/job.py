@@ -48,7 +48,7 @@ from kbfuse.survey import baselines, correctness, determinism, flops, profile, t
 from kbfuse.survey import timing as survey_timing
 from kbfuse.survey.settings import set_numerics
 from kbfuse.tasks.evaluator import read_contract_record
-from kbfuse.tasks.kernelbench import load_task, read_pin
+from kbfuse.tasks.kernelbench import load_task
 from kbfuse.workflow import devices, gpulock
 from kbfuse.workflow.outofmemory import is_out_of_memory, out_of_memory, release_memory
 
@@ -127,10 +127,7 @@ class _Task:
         self.trial_draws: list[list] | None = None
         self.semantics = settings["semantics"]
         self.protocol = survey_timing.check_protocol(settings)
-        self.pin = read_pin(pin_path)
-        if len(self.pin["tasks"]) != 1:
-            raise KbfuseError(f"survey pin {pin_path} must name exactly one task")
-        self.task = int(next(iter(self.pin["tasks"])))
+        self.pin, self.task = tasks.read_survey_pin(pin_path)
         self.spec = load_task(checkout, self.pin, self.task)
         self.say = say
 

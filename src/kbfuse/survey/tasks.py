@@ -68,6 +68,14 @@ def task_file_sha256(checkout, level: int, task: int) -> str:
     return sha256_file(matches[0]) if len(matches) == 1 else "absent"
 
 
+def read_survey_pin(path) -> tuple[dict, int]:
+    """A survey job's pin record (kbfuse.tasks.kernelbench.read_pin) and the one task it names."""
+    pin = read_pin(path)
+    if len(pin["tasks"]) != 1:
+        raise KbfuseError(f"survey pin {path} must name exactly one task")
+    return pin, int(next(iter(pin["tasks"])))
+
+
 def read_task_list(path) -> list[int]:
     return sorted(int(t) for t in read_json(path)["tasks"])
 

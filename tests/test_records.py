@@ -238,13 +238,11 @@ def test_the_committed_reference_follows_every_schema():
         seen[kind] = seen.get(kind, 0) + 1
     # the study's run, the survey's (survey/, with a manifest of its own) and the second
     # study's (fused2/, its own manifest; 11 variants x 2 tasks). The survey's cross-device
-    # check (survey_devices) has no H200 reference: it needs a machine with several GPUs, and
-    # tests/test_survey_devices.py validates records. The survey reference (session 9) predates
-    # the floor records (survey_floor): tests/test_survey_floor.py validates them until the
-    # next survey reference carries them.
-    assert set(seen) == set(records.SCHEMA_KINDS) - {"survey_devices", "survey_floor"}
+    # check (survey_devices) on one H200 has one device and nothing to compare.
+    assert set(seen) == set(records.SCHEMA_KINDS)
     assert seen["correctness"] == 33 + 22 and seen["survey_rows"] == 1
     assert seen["manifest"] == 3 and seen["survey_task"] == 200
+    assert seen["survey_floor"] == 100 and seen["survey_devices"] == 1
 
 
 def _shrunk(node):

@@ -128,7 +128,7 @@ def test_where_rows_rank_by_headroom_with_rank_safety_in_that_order():
 
 def test_the_copy_bandwidth_is_read_from_the_fingerprint(tmp_path):
     assert headroom.read_copy_bandwidth(FINGERPRINT) == {
-        "gbps": pytest.approx(4271.321430569856),
+        "gbps": pytest.approx(4287.010735133728),
         "device_name": "NVIDIA H200",
     }
     assert headroom.read_copy_bandwidth(None) is None
@@ -173,7 +173,7 @@ def test_the_summary_writes_where_to_fuse_from_the_checkout_and_the_fingerprint(
     main = pd.read_csv(out / "survey_strict.csv").set_index("task")
     floor_bytes = 2 * (2 * 4 * 6 * 6 * 4) + 4 * 4  # conv output read and written, bias read
     assert main.loc[1, "floor_bytes"] == floor_bytes
-    assert main.loc[1, "floor_ms"] == pytest.approx(floor_bytes / 4271.321430569856e9 * 1e3)
+    assert main.loc[1, "floor_ms"] == pytest.approx(floor_bytes / 4287.010735133728e9 * 1e3)
     assert main.loc[1, "headroom_ms"] == pytest.approx(0.2 - main.loc[1, "floor_ms"])
     assert pd.isna(main.loc[53, "floor_ms"])
     assert (

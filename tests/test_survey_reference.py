@@ -20,6 +20,7 @@ from kbfuse.results.manifest import verify_manifest
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "h200" / "survey"
 MODES = ("strict", "kernelbench-defaults")
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def recs():
 def test_the_reference_matches_its_manifest():
     report = verify_manifest(REFERENCE, REFERENCE / "manifest.json", ignore=["manifest.json"])
     assert report["ok"], {k: report[k] for k in ("changed", "missing", "extra")}
-    assert report["checked"] == 426
+    assert report["checked"] == 527
     assert report["pin"]["commit"] == "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
     assert report["environment"]["gpu"].startswith("NVIDIA H200")
 
@@ -66,7 +67,7 @@ def test_the_summary_tables_say_what_the_records_say(recs):
         if entry["status"] == "failed" or not entry["correctness"]["official_pass"]
     }
     assert set(zip(failures.task, failures.numerics, failures.baseline, strict=True)) == failed
-    assert len(failed) == 17  # none failed a stage; 17 fail the official check
+    assert len(failed) == 32  # none failed a stage; 32 fail the official check
     for mode in MODES:
         main = pd.read_csv(summary / f"survey_{mode}.csv")
         assert len(main) == 100
@@ -80,11 +81,33 @@ def test_the_summary_tables_say_what_the_records_say(recs):
         assert set(main[main.nondeterministic].task) == nondeterministic
 
 
+def test_every_task_has_max_autotune_a_floor_and_a_where_to_fuse_row(recs):
+    """What issue 28 asks of the reference: the max-autotune column for every task, the floor,
+    headroom and outside-time breakdown columns, the where-to-fuse table and plot."""
+    summary = REFERENCE / "survey" / "summary"
+    floors = {int(p.stem) for p in (REFERENCE / "survey" / "floors").glob("*.json")}
+    assert floors == set(range(1, 101))
+    for mode in MODES:
+        for rec in recs[mode].values():
+            autotune = rec["baselines"][AUTOTUNE]
+            assert autotune["status"] == "ok" and autotune["built_in"] == mode
+            assert autotune["warm_build_s"] > 0 and autotune["build_s"] > 0
+        main = pd.read_csv(summary / f"survey_{mode}.csv")
+        assert main[f"{AUTOTUNE}_ms"].notna().sum() == 100
+        assert main["floor_ms"].notna().sum() == 100
+        breakdown = ["generated_ms", "pointwise_ms", "reduction_ms", "copy_other_ms", "idle_ms"]
+        assert (main[breakdown].notna().sum() == 99).all()  # task 66: no best compiled
+        where = pd.read_csv(summary / f"where_to_fuse_{mode}.csv")
+        assert len(where) == 15 and list(where["rank"]) == list(range(1, 16))
+        assert where["headroom_ms"].is_monotonic_decreasing
+        assert (summary / f"where_to_fuse_{mode}.png").stat().st_size > 10_000
+
+
 def test_kbfuse_verify_bundle_checks_the_folder_and_names_a_changed_file(tmp_path, capsys):
     from kbfuse.workflow.cli import main
 
     assert main(["verify-bundle", str(REFERENCE)]) == 0
-    assert "files listed in manifest: 426" in capsys.readouterr().out
+    assert "files listed in manifest: 527" in capsys.readouterr().out
     copy = tmp_path / "survey"
     shutil.copytree(REFERENCE, copy)
     record = copy / "survey" / "strict" / "tasks" / "53.json"

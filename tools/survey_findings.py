@@ -4,7 +4,8 @@ found"), from a survey's tables.
     python tools/survey_findings.py results/reference/h200/survey/survey/summary
 
 Reads where_to_fuse_<mode>.csv, survey_{strict,kernelbench-defaults}.csv, tf32.csv and
-failures.csv (written by `snakemake survey`) and prints each figure with what it is, so every
+failures.csv (written by `snakemake survey`), and the compile times of the task records beside
+the summary (`../<mode>/tasks/*.json`), and prints each figure with what it is, so every
 number in that README section (and the strict-mode figures of docs/survey.md, "KernelBench's
 anchor") can be regenerated from the committed reference. A summary made before the
 where-to-fuse table existed says so in that section instead.
@@ -13,6 +14,7 @@ where-to-fuse table existed says so in that section instead.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -69,6 +71,19 @@ def _ceiling(row) -> float:
     return row.fusion_ceiling if value is None else value
 
 
+def idle_figure(timed: pd.DataFrame) -> str:
+    """The GPU's idle time between kernels inside the best compiled forward."""
+    if "idle_ms" not in timed or timed["idle_ms"].isna().all():
+        return "idle between kernels: not measured (records made before the profile timeline)"
+    idle = timed.dropna(subset=["idle_ms"])
+    most = idle.loc[idle["idle_ms"].idxmax()]
+    return (
+        f"idle between kernels ({len(idle)} tasks): median {idle['idle_ms'].median():.3f} ms, "
+        f"max {most.idle_ms:.3f} ms (task {most.task}), over 0.1 ms on "
+        f"{int((idle['idle_ms'] > 0.1).sum())}"
+    )
+
+
 def mode_figures(table: pd.DataFrame, top: int) -> list[str]:
     timed = table.dropna(subset=["outside_pct"])
     best = timed["best_compiled"].value_counts().to_dict()
@@ -85,6 +100,7 @@ def mode_figures(table: pd.DataFrame, top: int) -> list[str]:
             f"ceiling {_ceiling(r):.1f}x)"
             for r in ranked.itertuples()
         ),
+        idle_figure(timed),
         f"KernelBench's H100 anchor agrees on {int((~disagree).sum())} of {len(anchored)} tasks"
         f" (eager over anchor, median {anchored['eager_over_anchor'].median():.2f})",
         "blind spots: "
@@ -140,15 +156,56 @@ def baselines_follow_the_mode(strict: pd.DataFrame, defaults: pd.DataFrame) -> l
     both = strict.merge(defaults, on="task", suffixes=("_strict", "_defaults"))
     convs = both[both["main_op_strict"] == "aten.convolution"]
     lines = []
-    for name in ("eager", "torchscript", "inductor"):
+    for name in ("eager", "torchscript", "inductor", "inductor-max-autotune-no-cudagraphs"):
         if f"{name}_ms_strict" not in convs:
             continue
         ratio = (convs[f"{name}_ms_strict"] / convs[f"{name}_ms_defaults"]).dropna()
         lines.append(
             f"{name} on {len(ratio)} convolution tasks, strict over defaults: median "
-            f"{ratio.median():.2f}, max {ratio.max():.2f}, {int((ratio > 1.5).sum())} above 1.5x"
+            f"{ratio.median():.2f}, max {ratio.max():.2f} (task "
+            f"{convs.loc[ratio.idxmax(), 'task']}), {int((ratio > 1.5).sum())} above 1.5x"
         )
     return lines
+
+
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
+
+
+def autotune_figures(table: pd.DataFrame, title: str) -> list[str]:
+    """Inductor's default over its max-autotune, on the tasks where both pass the official
+    check and are timed: how much the strongest baseline gains over the default."""
+    if f"{AUTOTUNE}_ms" not in table:
+        return [f"{title}: max-autotune was not among the baselines"]
+    passed = table["inductor_official"].eq(True) & table[f"{AUTOTUNE}_official"].eq(True)
+    both = table[passed].dropna(subset=["inductor_ms", f"{AUTOTUNE}_ms"])
+    ratio = both["inductor_ms"] / both[f"{AUTOTUNE}_ms"]
+    best = both.loc[ratio.idxmax()]
+    return [
+        f"{title}: Inductor over max-autotune on {len(ratio)} tasks where both pass: median "
+        f"{ratio.median():.2f}, max {ratio.max():.2f} (task {best.task}, "
+        f"{best.inductor_ms:.2f} -> {best[f'{AUTOTUNE}_ms']:.2f} ms), "
+        f"{int((ratio > 1.05).sum())} over 1.05, {int((ratio < 1 / 1.05).sum())} under 1/1.05"
+    ]
+
+
+def autotune_build_figures(tasks: Path) -> list[str]:
+    """The compile seconds of Inductor and its max-autotune, from the records beside the
+    summary: Inductor's build (`build_s`), max-autotune's warm-up build (`warm_build_s`: its
+    build alone reuses the warm-up's kernels)."""
+    seconds: dict[str, list[float]] = {"inductor": [], AUTOTUNE: []}
+    field = {"inductor": "build_s", AUTOTUNE: "warm_build_s"}
+    for path in sorted(tasks.glob("*/tasks/*.json")):
+        baselines = json.loads(path.read_text())["baselines"]
+        for name, values in seconds.items():
+            build = (baselines.get(name) or {}).get(field[name])
+            if build is not None:
+                values.append(build)
+    return [
+        f"{name} compile ({field[name]}, both modes): {len(values)} builds, median "
+        f"{pd.Series(values).median():.1f} s, max {max(values):.1f} s"
+        for name, values in seconds.items()
+        if values
+    ]
 
 
 def failure_figures(failures: pd.DataFrame) -> list[str]:
@@ -184,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(f"- {line}" for line in tf32_figures(tf32) + tf32_by_main_op(tf32)))
     strict, defaults = (pd.read_csv(args.summary / f"survey_{m}.csv") for m in MODES)
     print("\n".join(f"- {line}" for line in baselines_follow_the_mode(strict, defaults)))
+    print("## Max-autotune")
+    lines = [
+        line
+        for mode, title in MODES.items()
+        for line in autotune_figures(pd.read_csv(args.summary / f"survey_{mode}.csv"), title)
+    ]
+    lines += autotune_build_figures(args.summary.parent)
+    print("\n".join(f"- {line}" for line in lines))
     failures = pd.read_csv(args.summary / "failures.csv")
     print("## Failures")
     print("\n".join(f"- {line}" for line in failure_figures(failures)))

@@ -87,7 +87,7 @@ def test_every_record_names_task_file_pin_and_modes(surveyed):
         assert rec["job"] == {"modes": ["strict"], "built_in": "strict", "rerun_alone": False}
         assert set(rec["phases_s"]) == {
             "load", "wait_shared", "reference_and_builds", "official_trials", "wait_alone",
-            "timing", "profile",
+            "timing", "profile", "profile_read",
         }  # fmt: skip
         # the official trials are timed within the references and builds
         phases = rec["phases_s"]
@@ -323,6 +323,71 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
     assert defaults["baselines"]["eager"]["built_in"] == "strict"
     assert strict["baselines"]["torchscript"]["built_in"] == "strict"
     assert defaults["baselines"]["torchscript"]["built_in"] == "kernelbench-defaults"
+
+
+def test_profiles_are_captured_alone_and_read_after_the_job_leaves_the_gpu(
+    surveyed, tmp_path, monkeypatch
+):
+    """Running the profiled forwards is GPU work, alone; parsing their traces is CPU work, done
+    once the lock is released (`phases_s.profile_read`), into the same record entries."""
+    from kbfuse.survey import profile
+
+    root = surveyed[1]
+    lock, seen = SpyLock(), []
+    real_capture, real_read = profile.capture, profile.read
+
+    def capture(run, device, *args):
+        seen.append(("capture", lock.held))
+        return real_capture(run, device, *args)
+
+    def read(captured):
+        seen.append(("read", lock.held, lock.events[-1]))
+        return real_read(captured)
+
+    monkeypatch.setattr(profile, "capture", capture)
+    monkeypatch.setattr(profile, "read", read)
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
+    run_survey_task(
+        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
+        lock=lock,
+    )  # fmt: skip
+    assert seen == [("capture", "alone")] * 4 + [("read", None, "alone out")] * 4
+    for path in outs.values():
+        rec = records.read_record(path, "survey_task")
+        assert rec["phases_s"]["profile_read"] > 0
+        for entry in rec["baselines"].values():
+            assert entry["status"] == "ok" and entry["kernels"] and entry["timeline"] is None
+            assert any("convolution" in k["name"] for k in entry["kernels"]), entry["kernels"]
+
+
+def test_a_profile_that_cannot_be_read_fails_that_baseline_at_its_profile(
+    surveyed, tmp_path, monkeypatch
+):
+    from kbfuse.survey import profile
+
+    root = surveyed[1]
+    real_read = profile.read
+    calls = []
+
+    def read(captured):
+        calls.append(captured)
+        if len(calls) == 2:  # the second baseline's: torchscript's
+            raise RuntimeError("trace could not be parsed")
+        return real_read(captured)
+
+    monkeypatch.setattr(profile, "read", read)
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    out = tmp_path / "s.json"
+    run_survey_task(
+        root / "checkout", root / "pin1.json", settings, root / "contract.json", {"strict": out},
+        print,
+    )  # fmt: skip
+    rec = records.read_record(out, "survey_task")
+    assert rec["baselines"]["eager"]["status"] == "ok"
+    failed = rec["baselines"]["torchscript"]
+    assert failed["status"] == "failed" and failed["failure"]["stage"] == "profile"
+    assert "trace could not be parsed" in failed["failure"]["message"]
 
 
 AUTOTUNE = "inductor-max-autotune-no-cudagraphs"

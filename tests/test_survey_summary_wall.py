@@ -39,6 +39,7 @@ def survey_run(root: Path, log_line: bool = True) -> Path:
             phases["alone_builds"] = 4.0
             phases["official_trials"] = 2.5
             phases["warm_builds"] = 3.5  # since session 17: max-autotune's warm-up
+            phases["profile_read"] = 0.75  # since session 20: read after the GPU hold
         recs = [record(task=task, mode=mode) for mode in ("strict", "kernelbench-defaults")]
         for rec in recs:
             rec["phases_s"] = phases
@@ -78,15 +79,18 @@ def test_phases_per_job_and_totals(tmp_path):
         "profile_s": 2.25,
         "official_trials_s": 2.5,  # task 1's record does not say: not taken for 0
         "warm_builds_s": 3.5,
+        "profile_read_s": 0.75,  # outside the GPU hold: not in alone_s
         "alone_s": 21.25,
     }
     assert [j["official_trials_s"] for j in report["jobs"]] == [None, 2.5]
+    assert [j["profile_read_s"] for j in report["jobs"]] == [None, 0.75]
     assert report["wall_s"] == 150.5
     assert report["parallelism"] == pytest.approx(60.0 / 150.5)
     text = wall.report_markdown(report)
     assert "| startup | 16.5 | 28% |" in text
     assert "| official_trials (within the two builds phases) | 2.5 | 4% |" in text
     assert "| warm_builds (within reference_and_builds) | 3.5 | 6% |" in text
+    assert "| profile_read | 0.8 | 1% |" in text
     assert "| 1 | 40.0 | 8.5 | 12.0 | 2.0 | 3.0 | 11.5 |  |" in text
 
 

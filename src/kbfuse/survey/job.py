@@ -15,11 +15,13 @@ whose trace records the cuDNN switches as constants and is traced again in each 
 alone on the GPU, for each mode: the builds and official checks of the baselines whose build
 times kernels on the GPU (`baselines.AUTOTUNED`: Inductor's max-autotune benchmarks its
 candidate kernels while it compiles, and those benchmarks must not share the GPU with another
-job's timing), the timing of every baseline that passed those stages, their kernel profiles
-and timelines, the ratios. A baseline failing at any stage is recorded with that stage and
-the job goes on; if eager itself fails in a mode, that mode's record says so and holds no
-measurement. Every record is validated against its schema before any is written (each
-atomically), so a record on disk always follows the contract. Progress lines go to `say`.
+job's timing), the timing of every baseline that passed those stages, their profiled
+forwards, the ratios; the profiles are read into kernels and timelines once the job has left
+the GPU (CPU work: `phases_s.profile_read`). A baseline failing at any stage is recorded with
+that stage and the job goes on; if eager itself fails in a mode, that mode's record says so
+and holds no measurement. Every record is validated against its schema before any is written
+(each atomically), so a record on disk always follows the contract. Progress lines go to
+`say`.
 
 One job for all modes, rather than one per mode, pays the process start-up and the builds
 (Inductor's compile above all) once per task; the GPU lock lets those overlap other jobs'
@@ -346,12 +348,24 @@ def _time(t: _Task, m: _Mode) -> None:
     m.record["ratios"] = ratios
 
 
-def _profile(t: _Task, m: _Mode) -> None:
+def _profile(t: _Task, m: _Mode) -> list[tuple[dict, profile.Capture]]:
+    """Each timed baseline's profiled forwards (the job alone on the GPU), with the record
+    entry each is read into (`_read_profiles`, once the job has left the GPU)."""
+    captured = []
     for name, run in m.runs.items():
         t.say(f"{m.name}: profile {name}")
         entry = m.record["baselines"][name]
         try:
-            entry["kernels"], entry["timeline"] = profile.profile_forward(run, t.device)
+            captured.append((entry, profile.capture(run, t.device)))
+        except Exception as exc:  # noqa: BLE001
+            _fail(entry, "profile", exc, t.say)
+    return captured
+
+
+def _read_profiles(t: _Task, captured: list[tuple[dict, profile.Capture]]) -> None:
+    for entry, capture in captured:
+        try:
+            entry["kernels"], entry["timeline"] = profile.read(capture)
         except Exception as exc:  # noqa: BLE001
             _fail(entry, "profile", exc, t.say)
 
@@ -406,6 +420,7 @@ def survey_task(
         job.update(built_in=None, rerun_alone=True)
         per_mode = [_Mode(m.name, _new_record(t, m.name, phase, job)) for m in per_mode]
     release_memory()  # what the allocator caches, for the jobs that run meanwhile
+    captured = []
     if rerun or any(m.runs for m in per_mode):  # nothing to time: no wait for the device
         waited = lock.waited_s
         with lock.alone():
@@ -413,7 +428,9 @@ def survey_task(
             if rerun:
                 with phase("reference_and_builds"):
                     subject = _references_and_builds(t, per_mode, job, phase)
-            _time_and_profile(t, per_mode, phase, subject)
+            captured = _time_and_profile(t, per_mode, phase, subject)
+    with phase("profile_read"):  # CPU work: the GPU is the other jobs' meanwhile
+        _read_profiles(t, captured)
     for m in per_mode:
         m.record.setdefault("ratios", {})
     return {m.name: m.record for m in per_mode}
@@ -456,7 +473,10 @@ def _alone_builds(t: _Task, m: _Mode, subject: _Subject, phase: Phases) -> None:
 
 def _time_and_profile(
     t: _Task, per_mode: list[_Mode], phase: Phases, subject: _Subject | None
-) -> None:
+) -> list[tuple[dict, profile.Capture]]:
+    """Alone on the GPU: each mode's autotuned builds, timing and profiled forwards; returns
+    the profiles captured, to be read after the hold."""
+    captured = []
     for m in per_mode:
         set_numerics(m.name)
         if subject is not None and _autotuned(t):
@@ -468,7 +488,8 @@ def _time_and_profile(
             _time(t, m)
         if t.settings["profile"]:
             with phase("profile"):
-                _profile(t, m)
+                captured += _profile(t, m)
+    return captured
 
 
 def _references_and_builds(t: _Task, per_mode: list[_Mode], job: dict, phase: Phases) -> _Subject:

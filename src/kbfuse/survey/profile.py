@@ -19,12 +19,20 @@ device event of a forward falls inside that forward's range. Two things are read
 
 On the CPU (tests, CI) `kernels` holds the profiler's CPU ops with their self time
 (`device_us` is then CPU microseconds) and there is no timeline (None).
+
+Profiling is two steps: `capture` runs the forwards under the profiler (GPU work: the survey
+job holds the GPU alone for it), `read` turns what it saw into those two (CPU work only: torch
+parses the trace when its events are first asked for, which for a level-3 recurrent model's
+thousands of kernels per forward takes longer than running them, so the job reads after it
+has left the GPU to other jobs).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 PROFILED_FORWARDS = 3
 MARK = "kbfuse profiled forward "  # the record_function range of each forward
@@ -114,11 +122,18 @@ def _cpu_profile(averages, forwards: int) -> list:
     return _per_forward(totals, forwards)
 
 
-def profile_forward(
-    run: Callable[[], object], device: str, forwards: int = PROFILED_FORWARDS
-) -> tuple[list, dict | None]:
-    """(kernels, timeline) of the zero-argument forward `run` (already warm): the record's
-    `kernels` and `timeline` of one baseline."""
+@dataclass(frozen=True)
+class Capture:
+    """The profiler that watched `forwards` forwards, its trace not yet parsed."""
+
+    profiler: Any
+    cuda: bool
+    forwards: int
+
+
+def capture(run: Callable[[], object], device: str, forwards: int = PROFILED_FORWARDS) -> Capture:
+    """Run the zero-argument forward `run` (already warm) `forwards` times under the profiler,
+    each in its own range ended by a device synchronisation."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -132,6 +147,20 @@ def profile_forward(
                 run()
                 if cuda:
                     torch.cuda.synchronize()
-    if cuda:
+    return Capture(prof, cuda, forwards)
+
+
+def read(captured: Capture) -> tuple[list, dict | None]:
+    """(kernels, timeline) of a capture: the record's `kernels` and `timeline` of one
+    baseline."""
+    prof, forwards = captured.profiler, captured.forwards
+    if captured.cuda:
         return _device_profile(prof.events(), forwards)
     return _cpu_profile(prof.key_averages(), forwards), None
+
+
+def profile_forward(
+    run: Callable[[], object], device: str, forwards: int = PROFILED_FORWARDS
+) -> tuple[list, dict | None]:
+    """`read(capture(...))`: (kernels, timeline) of the forward `run`, in one step."""
+    return read(capture(run, device, forwards))

@@ -16,7 +16,8 @@ Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wal
   trials: eager once per trial, the blind spots, every baseline's check; unknown, None, in
   records made before session 11, which did not time it apart) and, within
   `reference_and_builds`, `warm_builds` (max-autotune's warm-up compiles, kbfuse.survey.baselines;
-  None in records made before session 17).
+  None in records made before session 17); after the GPU hold, `profile_read` (parsing the
+  profiles' traces, CPU work; None in records made before session 20, where `profile` held it).
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
 Snakemake's preamble); `alone_s` = alone builds + timing + profile, the part no other job can
@@ -51,7 +52,11 @@ WITHIN_PHASES = {
     "official_trials": "the two builds phases",  # reference_and_builds and alone_builds
     "warm_builds": "reference_and_builds",
 }
-PHASES = ("startup_s", *(f"{p}_s" for p in (*RECORD_PHASES, *WITHIN_PHASES)), "alone_s")
+# Phases of their own that older records lack (blank there, not 0): reading the profiles
+# after the job has left the GPU (before, it was part of `profile`).
+LATER_PHASES = ("profile_read",)
+OPTIONAL_PHASES = (*WITHIN_PHASES, *LATER_PHASES)
+PHASES = ("startup_s", *(f"{p}_s" for p in (*RECORD_PHASES, *OPTIONAL_PHASES)), "alone_s")
 
 
 def inside_seconds(log: Path) -> float | None:
@@ -103,7 +108,7 @@ def job_row(results: Path, task: str, tsv: Path, level: int = 2) -> dict[str, An
     row["startup_s"] = job_s - inside if inside is not None else None
     for phase in RECORD_PHASES:
         row[f"{phase}_s"] = float(phases.get(phase, 0.0)) if phases is not None else None
-    for phase in WITHIN_PHASES:
+    for phase in OPTIONAL_PHASES:
         known = phases is not None and phase in phases
         row[f"{phase}_s"] = float(phases[phase]) if known else None
     alone = ("alone_builds_s", "timing_s", "profile_s")

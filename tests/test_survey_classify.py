@@ -153,6 +153,9 @@ NAMES = [
         "int, 1, 4, bool>(...)",
         c.POINTWISE,
     ),
+    # TorchScript's TensorExpr fuser (NNC): "fused" and the traced ops' names (the H200 survey)
+    ("fused_mish_mish", c.GENERATED),
+    ("fused_relu_leaky_relu_gelu_sigmoid_add", c.GENERATED),
     ("aten::addmm", c.LIBRARY),
     ("aten::mkldnn_convolution", c.LIBRARY),
     ("aten::native_batch_norm", c.REDUCTION),
@@ -166,7 +169,7 @@ def test_real_names_are_classified(name, category):
     assert c.classify(name) == category
 
 
-@pytest.mark.parametrize("name", ["my_custom_kernel", "aten::frobnicate", "fused_tail53", ""])
+@pytest.mark.parametrize("name", ["my_custom_kernel", "aten::frobnicate", "tail53_fused", ""])
 def test_unknown_names_are_unclassified_not_guessed(name):
     assert c.classify(name) == c.UNCLASSIFIED
     assert c.unclassified([{"name": name, "device_us": 1.0}]) == [{"name": name, "device_us": 1.0}]

@@ -124,6 +124,11 @@ def test_where_rows_rank_by_headroom_with_rank_safety_in_that_order():
     ]
     assert ranked[0]["name"] == "Conv2d_Thing" and list(ranked[0]) == headroom.WHERE_COLUMNS
     assert headroom.where_rows([row(4, None)]) == []
+    # outside time under the floor, or a profile's library time over the timed forward's
+    assert headroom.where_rows([row(6, 0.0), row(7, -10.3), row(8, 0.2)]) == [
+        {**headroom.where_rows([row(8, 0.2)])[0]}
+    ]
+    assert [r["task"] for r in headroom.where_rows([row(6, 0.0), row(8, 0.2)])] == [8]
 
 
 def test_the_copy_bandwidth_is_read_from_the_fingerprint(tmp_path):

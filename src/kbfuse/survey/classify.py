@@ -12,7 +12,9 @@ is put in one category:
   convolutions; plus Inductor's Triton *templates* (`triton_tem_`), which max-autotune emits in
   place of a library GEMM or convolution;
 - `generated`: every other Triton kernel Inductor writes (`triton_poi_`, `triton_red_`,
-  `triton_per_`);
+  `triton_per_`), and the kernels TorchScript's TensorExpr fuser (NNC) writes for a traced
+  graph's pointwise ops (`fused_mish_mish`: "fused" and the ops' names, torch's
+  `SubgraphUtils::generateNameForGraph`);
 - `framework_reduction`: ATen (and cuDNN) reductions and normalisations: reduce_kernel,
   softmax, batch/layer/group norm (with their elementwise pieces, e.g. batch_norm_calc_invstd),
   pooling, scans;
@@ -47,6 +49,11 @@ CATEGORIES = (LIBRARY, GENERATED, POINTWISE, REDUCTION, COPY)
 PATTERNS: tuple[tuple[str, str, str], ...] = (
     (LIBRARY, r"^triton_tem_", "Inductor's Triton template for a GEMM/convolution"),
     (GENERATED, r"^triton_", "Inductor's generated Triton kernels"),
+    (
+        GENERATED,
+        r"^fused_",
+        "TorchScript's TensorExpr fuser (NNC): its kernels are named fused_<ops>",
+    ),
     (REDUCTION, r"cudnn::bn_|\bbn_fw_|\bbn_bw_", "cuDNN's batch norm is a normalisation"),
     (
         LIBRARY,

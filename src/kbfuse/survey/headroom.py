@@ -152,9 +152,11 @@ def task_name(file: str) -> str:
 
 def where_rows(rows: Sequence[Mapping], top: int = TOP) -> list[dict]:
     """The `top` rows of one mode's main table with the most headroom, largest first, each
-    with its rank and `rank_safe` in this order (over every task with a headroom)."""
+    with its rank and `rank_safe` in this order (over every task with a headroom). A task whose
+    outside time is under its floor (headroom 0 or less: nothing left to win, or a profile
+    whose library time exceeds the timed forward) is not ranked."""
     known = sorted(
-        (r for r in rows if r.get("headroom_ms") is not None),
+        (r for r in rows if r.get("headroom_ms") is not None and r["headroom_ms"] > 0),
         key=lambda r: (-r["headroom_ms"], r["task"]),
     )
     ranked = []

@@ -39,7 +39,7 @@ def survey_run(root: Path, log_line: bool = True) -> Path:
             phases["alone_builds"] = 4.0
             phases["official_trials"] = 2.5
             phases["warm_builds"] = 3.5  # since session 17: max-autotune's warm-up
-            phases["profile_read"] = 0.75  # since session 20: read after the GPU hold
+            phases["profile_read"] = 0.75  # since session 21: read after the GPU hold
         recs = [record(task=task, mode=mode) for mode in ("strict", "kernelbench-defaults")]
         for rec in recs:
             rec["phases_s"] = phases

@@ -17,7 +17,7 @@ Read from what a survey run leaves behind, nothing re-run (benchmarks/survey_wal
   records made before session 11, which did not time it apart) and, within
   `reference_and_builds`, `warm_builds` (max-autotune's warm-up compiles, kbfuse.survey.baselines;
   None in records made before session 17); after the GPU hold, `profile_read` (parsing the
-  profiles' traces, CPU work; None in records made before session 20, where `profile` held it).
+  profiles' traces, CPU work; None in records made before session 21, whose `profile` held it).
 
 Per job: `startup_s` = job seconds - seconds inside the library call (interpreter, imports,
 Snakemake's preamble); `alone_s` = alone builds + timing + profile, the part no other job can

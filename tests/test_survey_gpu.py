@@ -128,6 +128,8 @@ def test_every_baseline_has_three_timings_kernels_and_ratios(surveyed):
 
 def test_every_profiled_baseline_has_a_timeline_of_its_forward(surveyed):
     for (task, mode), rec in surveyed.items():
+        # the profiles were captured alone and read (CPU work) after the job left the GPU
+        assert rec["phases_s"]["profile"] > 0 and rec["phases_s"]["profile_read"] > 0
         for name, entry in rec["baselines"].items():
             line = entry["timeline"]
             assert line["forwards"] == 3, (task, mode, name)

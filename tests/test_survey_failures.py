@@ -131,17 +131,17 @@ def test_a_forward_that_fails_while_timed_is_dropped_and_the_others_timed(
 
 def test_a_profile_failure_keeps_the_timing(checkout, tmp_path, monkeypatch):
     co, pin53, _ = checkout
-    real = survey_profile.profile_forward
+    real = survey_profile.capture
 
     calls = []
 
-    def profile_forward(run, device):  # profiled in config order: eager, torchscript
+    def capture(run, device):  # profiled in config order: eager, torchscript
         calls.append(run)
         if len(calls) == 2:
             raise RuntimeError("profiler unavailable\nsecond line")
         return real(run, device)
 
-    monkeypatch.setattr(survey_profile, "profile_forward", profile_forward)
+    monkeypatch.setattr(survey_profile, "capture", capture)
     rec = _run(co, pin53, tmp_path)
     ts = rec["baselines"]["torchscript"]
     assert ts["failure"] == {

@@ -429,8 +429,9 @@ def survey_task(
                 with phase("reference_and_builds"):
                     subject = _references_and_builds(t, per_mode, job, phase)
             captured = _time_and_profile(t, per_mode, phase, subject)
-    with phase("profile_read"):  # CPU work: the GPU is the other jobs' meanwhile
-        _read_profiles(t, captured)
+    if captured:
+        with phase("profile_read"):  # CPU work: the GPU is the other jobs' meanwhile
+            _read_profiles(t, captured)
     for m in per_mode:
         m.record.setdefault("ratios", {})
     return {m.name: m.record for m in per_mode}

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kbfuse.errors import KbfuseError  # noqa: E402
 from kbfuse.io import copy_files  # noqa: E402
-from kbfuse.layout import RECORDS  # noqa: E402
+from kbfuse.layout import RECORDS, survey_root  # noqa: E402
 from kbfuse.results.manifest import (  # noqa: E402
     CHECKOUT_PIN,
     FINGERPRINT,
@@ -80,7 +80,7 @@ def reference_files(results: Path, level: int | None = None) -> list[str]:
         where = (
             "survey/summary (or survey/level<N>/summary)"
             if level is None
-            else ("survey/summary" if level == 2 else f"survey/level{level}/summary")
+            else f"{survey_root(level)}/summary"
         )
         raise KbfuseError(f"{results}/{where} holds nothing: run the survey to its end")
     return sorted(found)

@@ -22,9 +22,8 @@ On the CPU (tests, CI) `kernels` holds the profiler's CPU ops with their self ti
 
 Profiling is two steps: `capture` runs the forwards under the profiler (GPU work: the survey
 job holds the GPU alone for it), `read` turns what it saw into those two (CPU work only: torch
-parses the trace when its events are first asked for, which for a level-3 recurrent model's
-thousands of kernels per forward takes longer than running them, so the job reads after it
-has left the GPU to other jobs).
+parses the trace when its events are first asked for, seconds for a model of thousands of
+kernels per forward, so the job reads after it has left the GPU to other jobs).
 """
 
 from __future__ import annotations

@@ -275,6 +275,17 @@ class SpyLock:
         return self._hold("alone")
 
 
+def run_task1(root: Path, outs: dict[str, Path], lock=None) -> dict[str, dict]:
+    """The fixture's task 1 with eager and TorchScript, one record per mode of `outs` (mode ->
+    path), read back."""
+    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
+    run_survey_task(
+        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
+        lock=lock,
+    )  # fmt: skip
+    return {mode: records.read_record(path, "survey_task") for mode, path in outs.items()}
+
+
 def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
     surveyed, tmp_path, monkeypatch
 ):
@@ -294,12 +305,8 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
 
     monkeypatch.setattr(survey_timing, "time_baselines", time_baselines)
     monkeypatch.setattr(survey_baselines, "build", build)
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
     outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
-    run_survey_task(
-        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
-        lock=lock,
-    )  # fmt: skip
+    strict, defaults = run_task1(root, outs, lock).values()
     assert lock.events == ["shared in", "shared out", "alone in", "alone out"]
     assert seen == [
         ("build", "eager", "shared", False),  # built once, in the first mode
@@ -308,7 +315,6 @@ def test_one_job_writes_each_modes_record_builds_once_and_times_alone(
         ("time", "survey/1/strict/kernelbench", "alone", False),
         ("time", "survey/1/kernelbench-defaults/kernelbench", "alone", True),
     ]
-    strict, defaults = (records.read_record(path, "survey_task") for path in outs.values())
     assert strict["numerics"]["cudnn_tf32"] is False and defaults["numerics"]["cudnn_tf32"] is True
     for rec in (strict, defaults):
         assert rec["job"] == {
@@ -346,15 +352,10 @@ def test_profiles_are_captured_alone_and_read_after_the_job_leaves_the_gpu(
 
     monkeypatch.setattr(profile, "capture", capture)
     monkeypatch.setattr(profile, "read", read)
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
     outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
-    run_survey_task(
-        root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
-        lock=lock,
-    )  # fmt: skip
+    recs = run_task1(root, outs, lock)
     assert seen == [("capture", "alone")] * 4 + [("read", None, "alone out")] * 4
-    for path in outs.values():
-        rec = records.read_record(path, "survey_task")
+    for rec in recs.values():
         assert rec["phases_s"]["profile_read"] > 0
         for entry in rec["baselines"].values():
             assert entry["status"] == "ok" and entry["kernels"] and entry["timeline"] is None
@@ -377,13 +378,7 @@ def test_a_profile_that_cannot_be_read_fails_that_baseline_at_its_profile(
         return real_read(captured)
 
     monkeypatch.setattr(profile, "read", read)
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": ["eager", "torchscript"]}})
-    out = tmp_path / "s.json"
-    run_survey_task(
-        root / "checkout", root / "pin1.json", settings, root / "contract.json", {"strict": out},
-        print,
-    )  # fmt: skip
-    rec = records.read_record(out, "survey_task")
+    rec = run_task1(root, {"strict": tmp_path / "s.json"})["strict"]
     assert rec["baselines"]["eager"]["status"] == "ok"
     failed = rec["baselines"]["torchscript"]
     assert failed["status"] == "failed" and failed["failure"]["stage"] == "profile"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 MODES = {"strict": "strict FP32", "kernelbench-defaults": "KernelBench's defaults (TF32 on)"}
+AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
 
 
 def _name(row) -> str:
@@ -156,7 +157,7 @@ def baselines_follow_the_mode(strict: pd.DataFrame, defaults: pd.DataFrame) -> l
     both = strict.merge(defaults, on="task", suffixes=("_strict", "_defaults"))
     convs = both[both["main_op_strict"] == "aten.convolution"]
     lines = []
-    for name in ("eager", "torchscript", "inductor", "inductor-max-autotune-no-cudagraphs"):
+    for name in ("eager", "torchscript", "inductor", AUTOTUNE):
         if f"{name}_ms_strict" not in convs:
             continue
         ratio = (convs[f"{name}_ms_strict"] / convs[f"{name}_ms_defaults"]).dropna()
@@ -166,9 +167,6 @@ def baselines_follow_the_mode(strict: pd.DataFrame, defaults: pd.DataFrame) -> l
             f"{convs.loc[ratio.idxmax(), 'task']}), {int((ratio > 1.5).sum())} above 1.5x"
         )
     return lines
-
-
-AUTOTUNE = "inductor-max-autotune-no-cudagraphs"
 
 
 def autotune_figures(table: pd.DataFrame, title: str) -> list[str]:

@@ -1,6 +1,7 @@
 """tools/resume-pack.sh: a returned results archive made into `.resume/results.tar.gz` for the
 next device call, with the KernelBench checkout made again at the pin (its times the pin
-record's) and the paths asked for left out, so that their jobs run again."""
+record's) and the paths asked for left out, so that their jobs run again, as are an audit's
+checks refused on that machine."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from kbfuse.tasks.kernelbench import pin_kernelbench
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "resume-pack.sh"
 RECORD_TIME = 1_700_000_000
+VERDICTS = "results/audit/l1/verdicts/kernelbench-defaults"
+REFUSED = f"{VERDICTS}/l2_t91_2c842d97.json"
+CHECKED = f"{VERDICTS}/l2_t10_f2252269.json"
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +47,8 @@ def returned(tmp_path_factory):
             "results/survey/strict/tasks/53.json": "{}",
             "results/survey/strict/tasks/1.json": "{}",
             ".snakemake/metadata/x": "{}",
+            REFUSED: json.dumps({"kind": "check_refused", "verdict": "not checked"}),
+            CHECKED: json.dumps({"kind": "check_candidate", "verdict": "fail"}),
         }.items():
             data = text.encode()
             info = tarfile.TarInfo(path)
@@ -93,3 +99,15 @@ def test_without_the_carried_kernelbench_it_says_what_to_run(returned, tmp_path)
     done = _pack(tmp_path, str(archive))
     assert done.returncode == 1
     assert "no .kb/KernelBench.git: run tools/device-carry.sh" in done.stderr
+
+
+def test_an_audit_check_refused_on_that_machine_is_left_out_and_a_verdict_stays(returned):
+    work, archive, _ = returned
+    done = _pack(work, str(archive))
+    assert done.returncode == 0, done.stderr
+    assert f"left out (refused on that machine, checked again): {REFUSED}" in done.stdout
+    with tarfile.open(work / ".resume" / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert REFUSED not in names
+    assert CHECKED in names
+    assert "results/survey/strict/tasks/1.json" in names

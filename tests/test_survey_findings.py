@@ -58,6 +58,9 @@ def test_the_figures_of_the_reference_survey(printed):
     assert "max 1.22 (task 24, 0.85 -> 0.70 ms), 8 over 1.05, 1 under 1/1.05" in autotune
     assert "max 1.39 (task 92, 1.32 -> 0.95 ms), 11 over 1.05, 1 under 1/1.05" in autotune
     assert "(warm_build_s, both modes): 200 builds, median 7.4 s, max 55.9 s" in autotune
+    # level 2's reference: Inductor's own backends, and never a Triton convolution template
+    assert "max-autotune's convolution backends: ATEN,TRITON in 200 records" in autotune
+    assert "triton_tem_fused_addmm_t_0 in 2; convolution templates: 0" in autotune
     assert "- 32 failed baselines" in printed
     assert "- 12 x kernelbench-defaults inductor: official check" in printed
     assert "- 13 x kernelbench-defaults inductor-max-autotune-no-cudagraphs: official" in printed
@@ -258,3 +261,35 @@ def test_autotune_and_idle_figures_say_when_a_summary_lacks_them():
     assert tool.idle_figure(new) == (
         "idle between kernels (2 tasks): median 0.105 ms, max 0.200 ms (task 1), over 0.1 ms on 1"
     )
+
+
+def test_the_chosen_templates_and_backends_are_counted_per_record(tmp_path):
+    import json
+
+    findings = _tool("survey_findings")
+    autotune = findings.AUTOTUNE
+    entries = {
+        ("strict", 1): {"conv_backends": "ATEN", "kernels": ["triton_tem_fused_mm_0", "mm"]},
+        ("strict", 2): {"kernels": ["triton_tem_fused_convolution_0", "triton_tem_fused_mm_0"]},
+        ("kernelbench-defaults", 1): {"conv_backends": "ATEN", "kernels": []},
+        ("kernelbench-defaults", 2): {"status": "failed", "kernels": None},
+    }
+    for (mode, task), entry in entries.items():
+        folder = tmp_path / mode / "tasks"
+        folder.mkdir(parents=True, exist_ok=True)
+        kernels = entry.get("kernels")
+        entry = {
+            "status": "ok",
+            **entry,
+            "kernels": None
+            if kernels is None
+            else [{"name": n, "device_us": 1.0, "calls": 1} for n in kernels],
+        }
+        (folder / f"{task}.json").write_text(json.dumps({"baselines": {autotune: entry}}))
+    assert findings.autotune_choice_figures(tmp_path) == [
+        "max-autotune's convolution backends: ATEN in 2 records, ATEN,TRITON in 1 records",
+        "its Triton templates chosen (triton_tem_* kernels, records): "
+        "triton_tem_fused_convolution_0 in 1, triton_tem_fused_mm_0 in 2; convolution "
+        "templates: 1",
+    ]
+    assert findings.autotune_choice_figures(tmp_path / "none") == []

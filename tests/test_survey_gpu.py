@@ -168,9 +168,34 @@ def test_max_autotune_is_built_alone_in_each_mode_and_checked_like_any_baseline(
         assert rec["phases_s"]["alone_builds"] > 0
         # its warm-up, beside other jobs, compiled first; the build alone took its kernels
         assert entry["warm_build_s"] > 0 and rec["phases_s"]["warm_builds"] > 0
+        assert entry["conv_backends"] == "ATEN,TRITON"  # Inductor's own: none configured
         print(f"{mode}: warm-up {entry['warm_build_s']:.2f} s, alone {entry['build_s']:.2f} s")
     # the second mode's build alone compiled a graph of its own (it once reused the first's)
     assert compiles["kernelbench-defaults"] > compiles["strict"]
+
+
+def test_max_autotune_on_aten_conv_backends_leaves_a_grouped_convolution_to_cudnn():
+    """survey.max_autotune_conv_backends: ATEN (level 3's reference): Inductor's Triton
+    convolution templates are not among max-autotune's choices, the convolution stays cuDNN's
+    (an extern kernel in the generated code), and the build is Inductor's max-autotune still."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from kbfuse.survey import baselines
+
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(64, 64, 5, padding=2, groups=64).cuda()
+    x = torch.randn(4, 64, 56, 56, device="cuda")
+    with torch._inductor.config.patch(force_disable_caches=True):  # the code is generated here
+        (forward, build_s), code = run_and_get_code(
+            baselines.build, AUTOTUNE, model, [x], "eval", torch.cuda.synchronize, "ATEN"
+        )
+    generated = "\n".join(code)
+    assert build_s > 0
+    assert "extern_kernels.convolution" in generated
+    assert "triton_tem" not in generated and "convolution2d" not in generated
+    with torch.no_grad():
+        torch.testing.assert_close(forward(x), model(x))
 
 
 def test_a_forward_that_reads_back_keeps_events_and_says_why_graph_is_missing(surveyed):

@@ -395,7 +395,7 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
     import torch
 
     root = surveyed[1]
-    lock, seen = SpyLock(), []
+    lock, seen, convs = SpyLock(), [], []
     real_time, real_build = survey_timing.time_baselines, survey_baselines.build
 
     def time_baselines(runs, protocol, device, cold_l2, label, log):
@@ -404,12 +404,14 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
 
     def build(name, *args):  # an eager forward stands in for max-autotune's compile on the CPU
         seen.append(("build", name, lock.held, torch.backends.cudnn.allow_tf32))
+        convs.append(args[-1])
         if name == AUTOTUNE:  # alone, it precompiles on every core, for this build only
             assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == str(os.cpu_count())
         return real_build("eager" if name == AUTOTUNE else name, *args)
 
     def warm(name, *args):
         seen.append(("warm", name, lock.held, torch.backends.cudnn.allow_tf32))
+        convs.append(args[-1])
         return 2.5 if torch.backends.cudnn.allow_tf32 else 1.5
 
     monkeypatch.setattr(survey_timing, "time_baselines", time_baselines)
@@ -418,7 +420,8 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
     monkeypatch.setattr(survey_job, "release_memory", lambda: lock.events.append("release"))
     threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
     order = ["eager", AUTOTUNE, "torchscript"]
-    settings = survey_settings({"survey": {**SETTINGS, "baselines": order}})
+    given = {**SETTINGS, "baselines": order, "max_autotune_conv_backends": "ATEN"}
+    settings = survey_settings({"survey": given})
     outs = {"strict": tmp_path / "s.json", "kernelbench-defaults": tmp_path / "k.json"}
     run_survey_task(
         root / "checkout", root / "pin1.json", settings, root / "contract.json", outs, print,
@@ -443,12 +446,15 @@ def test_max_autotune_is_built_and_checked_alone_in_each_mode(surveyed, tmp_path
         ("time", "kernelbench-defaults", "alone", order),
     ]
     assert os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") == threads
+    assert convs == ["ATEN"] * 7  # every build and warm-up gets the configured backends
     for path, mode, warm_s in zip(outs.values(), outs, (1.5, 2.5), strict=True):
         rec = records.read_record(path, "survey_task")
         assert list(rec["baselines"]) == order
         entry = rec["baselines"][AUTOTUNE]
         assert entry["built_in"] == mode and entry["build_s"] > 0
         assert entry["warm_build_s"] == warm_s
+        assert entry["conv_backends"] == "ATEN"
+        assert "conv_backends" not in rec["baselines"]["torchscript"]
         assert "warm_build_s" not in rec["baselines"]["torchscript"]
         assert rec["phases_s"]["warm_builds"] >= 0
         assert entry["correctness"]["official_pass"] is True
@@ -493,6 +499,37 @@ def test_autotuned_builds_tag_the_compile_cache_with_the_cudnn_switch(monkeypatc
         default,  # the default Inductor keeps the shared settings
     ]
     assert default != in_force[0]
+
+
+def test_the_configured_conv_backends_are_in_force_for_an_autotuned_build_only(monkeypatch):
+    """survey.max_autotune_conv_backends narrows max-autotune's convolution choices (ATEN:
+    cuDNN alone) for its warm-up and its build; None keeps Inductor's own default."""
+    import torch._inductor.config as inductor_config
+
+    default = inductor_config.max_autotune_conv_backends
+    in_force = []
+
+    def make(name, model, inputs, semantics):
+        def forward(*values):
+            in_force.append((name, inductor_config.max_autotune_conv_backends))
+
+        return forward
+
+    monkeypatch.setattr(survey_baselines, "make", make)
+    survey_baselines.warm(AUTOTUNE, None, [], "kernelbench", lambda: None, "ATEN")
+    survey_baselines.build(AUTOTUNE, None, [], "kernelbench", lambda: None, "ATEN")
+    survey_baselines.build(AUTOTUNE, None, [], "kernelbench", lambda: None)
+    survey_baselines.build("inductor", None, [], "kernelbench", lambda: None, "ATEN")
+    assert default == "ATEN,TRITON"
+    assert in_force == [
+        (AUTOTUNE, "ATEN"),
+        (AUTOTUNE, "ATEN"),
+        (AUTOTUNE, default),
+        ("inductor", default),  # the default Inductor is not autotuned: Inductor's own
+    ]
+    assert inductor_config.max_autotune_conv_backends == default  # put back after the build
+    assert survey_baselines.conv_backends("ATEN") == "ATEN"
+    assert survey_baselines.conv_backends(None) == default
 
 
 def test_every_autotuned_build_of_one_model_compiles_its_own_graph(monkeypatch):

@@ -35,6 +35,7 @@ def task(monkeypatch, baselines: list[str]):
         trial_seeds=SEEDS,
         trial_draws=draws,
         settings={"baselines": baselines},
+        conv_backends="ATEN",
         say=lambda _: None,
     )
     return t, moved
@@ -170,6 +171,7 @@ def test_eager_failing_in_the_alone_pass_fails_the_autotuned_baseline_only(monke
     entries = m.record["baselines"]
     assert entries["inductor"]["status"] == "ok"
     assert entries[autotune]["status"] == "failed"
+    assert entries[autotune]["conv_backends"] == "ATEN"  # the configured backends, recorded
     assert entries[autotune]["failure"]["stage"] == "correctness"
     assert "illegal memory access" in entries[autotune]["failure"]["message"]
     assert autotune not in m.runs

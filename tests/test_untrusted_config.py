@@ -232,6 +232,12 @@ OVERRIDES = [
         True,
     ),
     ("survey.min_sample_ms", "survey={min_sample_ms: null}", ("survey", "min_sample_ms"), None),
+    (
+        "survey.max_autotune_conv_backends",
+        "survey={max_autotune_conv_backends: ATEN}",
+        ("survey", "max_autotune_conv_backends"),
+        "ATEN",
+    ),
 ]
 
 
@@ -287,6 +293,10 @@ def test_yaml_1e_minus_4_in_an_overlay_is_a_number():
         ),
         ("timing={rounds: 2.5}", ["config key timing.rounds: '2.5' is invalid", "'integer'"]),
         ("timing={warmup: 0}", ["config key timing.warmup: 0 is invalid", "minimum of 1"]),
+        (
+            "survey={max_autotune_conv_backends: CUDNN}",
+            ["config key survey.max_autotune_conv_backends: 'CUDNN' is invalid", "ATEN|TRITON"],
+        ),
     ],
 )
 def test_bad_overrides_are_explained(entry, words):

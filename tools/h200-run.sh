@@ -90,6 +90,9 @@ if [ -f .resume/results.tar.gz ]; then
     | tee -a "$OUT/phases.txt"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+# the scratch disk free: session 21's machine had 3.2 GB (four audit checks refused for it)
+echo "scratch disk (${TMPDIR:-/tmp}): $(df -h --output=avail,size "${TMPDIR:-/tmp}" | tail -n 1)" \
+  | tee -a "$OUT/phases.txt"
 
 rc=0
 kb="kernelbench={url: $PWD/.kb/KernelBench.git, commit: $commit}"

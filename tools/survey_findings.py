@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -206,6 +207,32 @@ def autotune_build_figures(tasks: Path) -> list[str]:
     ]
 
 
+def autotune_choice_figures(tasks: Path) -> list[str]:
+    """Which convolution backends max-autotune chose from (the record's `conv_backends`;
+    records made before the setting existed had Inductor's own, ATEN,TRITON) and which of
+    Inductor's Triton templates (`triton_tem_*` kernels) it chose, by the records whose
+    profile holds each."""
+    backends: Counter = Counter()
+    templates: Counter = Counter()
+    for path in sorted(tasks.glob("*/tasks/*.json")):
+        entry = json.loads(path.read_text())["baselines"].get(AUTOTUNE)
+        if not entry or entry.get("status") != "ok":
+            continue
+        backends[entry.get("conv_backends", "ATEN,TRITON")] += 1
+        names = {k["name"] for k in entry.get("kernels") or []}
+        templates.update(name for name in names if name.startswith("triton_tem_"))
+    if not backends:
+        return []
+    convolution = sum(n for name, n in templates.items() if "convolution" in name)
+    chosen = ", ".join(f"{name} in {n}" for name, n in sorted(templates.items())) or "none"
+    return [
+        "max-autotune's convolution backends: "
+        + ", ".join(f"{b} in {n} records" for b, n in sorted(backends.items())),
+        f"its Triton templates chosen (triton_tem_* kernels, records): {chosen}; "
+        f"convolution templates: {convolution}",
+    ]
+
+
 def failure_figures(failures: pd.DataFrame) -> list[str]:
     """Failed baselines by mode, baseline and stage, then each one."""
     counts = failures.groupby(["numerics", "baseline", "stage"]).size()
@@ -246,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in autotune_figures(pd.read_csv(args.summary / f"survey_{mode}.csv"), title)
     ]
     lines += autotune_build_figures(args.summary.parent)
+    lines += autotune_choice_figures(args.summary.parent)
     print("\n".join(f"- {line}" for line in lines))
     failures = pd.read_csv(args.summary / "failures.csv")
     print("## Failures")

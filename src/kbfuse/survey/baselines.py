@@ -24,6 +24,12 @@
   warm-up's own choices, timed beside other jobs, are never used: its cache entries carry a
   tag of their own (`WARM_TAG`) that the real build's key never has. Alone, the build
   precompiles on every core (`precompile_threads`): the other jobs wait meanwhile.
+  `survey.max_autotune_conv_backends` (Inductor's `max_autotune_conv_backends`, "ATEN,TRITON"
+  by default) narrows the convolution choices: "ATEN" leaves cuDNN alone, without Inductor's
+  Triton convolution templates. On a level-3 depthwise convolution those templates ran
+  about 3,000 times slower than cuDNN, and benchmarking them took 337 s of one warm-up
+  (docs/survey.md, "Other levels"). The record says which backends a build had
+  (`conv_backends`).
 
 Each is a forward taking the task's inputs, under `torch.no_grad()` (the official trials
 call it on their own inputs; `bind` gives the zero-argument run the timing calls). `build`
@@ -126,8 +132,18 @@ def autotune_cache_settings() -> dict:
 WARM_TAG = " warm-up"
 
 
+def conv_backends(setting: str | None) -> str:
+    """The convolution backends an AUTOTUNED build chooses from: `setting` (the config's
+    `survey.max_autotune_conv_backends`) or, when it is None, Inductor's own default."""
+    if setting is not None:
+        return setting
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.max_autotune_conv_backends
+
+
 @contextlib.contextmanager
-def _build_settings(name: str, tag: str):
+def _build_settings(name: str, tag: str, conv: str | None):
     if name not in AUTOTUNED:
         yield
         return
@@ -137,33 +153,51 @@ def _build_settings(name: str, tag: str):
     settings = autotune_cache_settings()
     with (
         compiler_config.patch(cache_key_tag=settings["cache_key_tag"] + tag),
-        inductor_config.patch(autotune_local_cache=settings["autotune_local_cache"]),
+        inductor_config.patch(
+            autotune_local_cache=settings["autotune_local_cache"],
+            max_autotune_conv_backends=conv_backends(conv),
+        ),
     ):
         yield
 
 
-def _built(name: str, model, inputs: list, semantics: str, sync, tag: str) -> tuple:
+def _built(name: str, model, inputs: list, semantics: str, sync, tag: str, conv) -> tuple:
     start = time.perf_counter()
-    with _build_settings(name, tag):
+    with _build_settings(name, tag, conv):
         forward = make(name, model, inputs, semantics)
         forward(*inputs)
         sync()
     return forward, time.perf_counter() - start
 
 
-def build(name: str, model, inputs: list, semantics: str, sync: Callable[[], None]) -> tuple:
+def build(
+    name: str,
+    model,
+    inputs: list,
+    semantics: str,
+    sync: Callable[[], None],
+    conv: str | None = None,
+) -> tuple:
     """(forward, build_s): the baseline built and called once on `inputs` (where Inductor
-    compiles, under `autotune_cache_settings` for an AUTOTUNED one); `sync` waits for the
-    device."""
-    return _built(name, model, inputs, semantics, sync, "")
+    compiles, under `autotune_cache_settings` and the convolution backends `conv` for an
+    AUTOTUNED one: `conv_backends`); `sync` waits for the device."""
+    return _built(name, model, inputs, semantics, sync, "", conv)
 
 
-def warm(name: str, model, inputs: list, semantics: str, sync: Callable[[], None]) -> float:
-    """Compile AUTOTUNED baseline `name` once and throw it away (its cache entries tagged
-    WARM_TAG, never read by `build`); returns its seconds, what a cold compile costs."""
+def warm(
+    name: str,
+    model,
+    inputs: list,
+    semantics: str,
+    sync: Callable[[], None],
+    conv: str | None = None,
+) -> float:
+    """Compile AUTOTUNED baseline `name` once (with `build`'s settings) and throw it away
+    (its cache entries tagged WARM_TAG, never read by `build`); returns its seconds, what a
+    cold compile costs."""
     if name not in AUTOTUNED:
         raise KbfuseError(f"baseline {name!r} is not autotuned: nothing to warm up")
-    return _built(name, model, inputs, semantics, sync, WARM_TAG)[1]
+    return _built(name, model, inputs, semantics, sync, WARM_TAG, conv)[1]
 
 
 @contextlib.contextmanager

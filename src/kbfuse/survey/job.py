@@ -128,6 +128,7 @@ class _Task:
         self.trial_seeds = official.trial_seeds({**self.contract, "seed": self.seed})
         self.trial_draws: list[list] | None = None
         self.semantics = settings["semantics"]
+        self.conv_backends = settings["max_autotune_conv_backends"]
         self.protocol = survey_timing.check_protocol(settings)
         self.pin, self.task = tasks.read_survey_pin(pin_path)
         self.spec = load_task(checkout, self.pin, self.task)
@@ -257,7 +258,9 @@ def _build(t: _Task, model, inputs, names, mode: str) -> dict[str, tuple]:
     for name in names:
         t.say(f"baseline {name}: build ({mode})")
         try:
-            forward, build_s = baselines.build(name, model, inputs, t.semantics, _sync(t.device))
+            forward, build_s = baselines.build(
+                name, model, inputs, t.semantics, _sync(t.device), t.conv_backends
+            )
         except Exception as exc:  # noqa: BLE001 - recorded, the survey goes on
             builds[name] = (None, None, mode, exc)
             continue
@@ -469,6 +472,7 @@ def _alone_builds(t: _Task, m: _Mode, subject: _Subject, phase: Phases) -> None:
                 _fail(m.record["baselines"][name], "correctness", failure.__cause__, t.say)
     for name in builds:
         m.record["baselines"][name]["warm_build_s"] = m.warm_build_s.get(name)
+        m.record["baselines"][name]["conv_backends"] = baselines.conv_backends(t.conv_backends)
     m.record["compile_cache"] = baselines.compile_cache_counts()
 
 
@@ -548,7 +552,9 @@ def _warm(t: _Task, m: _Mode, model, inputs) -> None:
     for name in _autotuned(t):
         t.say(f"baseline {name}: warm-up build ({m.name})")
         try:
-            m.warm_build_s[name] = baselines.warm(name, model, inputs, t.semantics, _sync(t.device))
+            m.warm_build_s[name] = baselines.warm(
+                name, model, inputs, t.semantics, _sync(t.device), t.conv_backends
+            )
         except Exception as exc:  # noqa: BLE001 - the build alone meets it again
             t.say(f"baseline {name}: warm-up failed ({type(exc).__name__}: {exc})")
             release_memory()

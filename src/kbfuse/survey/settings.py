@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "min_sample_ms": 1.0,
     "cold_l2": True,
     "profile": True,
+    # Inductor's max_autotune_conv_backends for the max-autotune baseline (None: Inductor's own)
+    "max_autotune_conv_backends": None,
     # leave out of the survey's placement the GPUs the cross-device check finds off the others
     # (kbfuse.survey.agreement); not a setting of the task jobs (changing it reruns none)
     "exclude_outlier_devices": False,

@@ -27,8 +27,8 @@
   `survey.max_autotune_conv_backends` (Inductor's `max_autotune_conv_backends`, "ATEN,TRITON"
   by default) narrows the convolution choices: "ATEN" leaves cuDNN alone, without Inductor's
   Triton convolution templates. On a level-3 depthwise convolution those templates ran
-  about 3,000 times slower than cuDNN, and benchmarking them took 337 s of one warm-up
-  (docs/survey.md, "Other levels"). The record says which backends a build had
+  2,800-4,000 times slower than cuDNN, and benchmarking them took 337 s of one warm-up
+  (docs/survey.md, "Convolution backends"). The record says which backends a build had
   (`conv_backends`).
 
 Each is a forward taking the task's inputs, under `torch.no_grad()` (the official trials

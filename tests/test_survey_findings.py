@@ -286,10 +286,10 @@ def test_the_chosen_templates_and_backends_are_counted_per_record(tmp_path):
             else [{"name": n, "device_us": 1.0, "calls": 1} for n in kernels],
         }
         (folder / f"{task}.json").write_text(json.dumps({"baselines": {autotune: entry}}))
-    assert findings.autotune_choice_figures(tmp_path) == [
+    assert findings.autotune_choice_figures(findings.record_baselines(tmp_path)) == [
         "max-autotune's convolution backends: ATEN in 2 records, ATEN,TRITON in 1 records",
         "its Triton templates chosen (triton_tem_* kernels, records): "
         "triton_tem_fused_convolution_0 in 1, triton_tem_fused_mm_0 in 2; convolution "
         "templates: 1",
     ]
-    assert findings.autotune_choice_figures(tmp_path / "none") == []
+    assert findings.autotune_choice_figures(findings.record_baselines(tmp_path / "none")) == []

@@ -187,14 +187,21 @@ def autotune_figures(table: pd.DataFrame, title: str) -> list[str]:
     ]
 
 
-def autotune_build_figures(tasks: Path) -> list[str]:
-    """The compile seconds of Inductor and its max-autotune, from the records beside the
-    summary: Inductor's build (`build_s`), max-autotune's warm-up build (`warm_build_s`: its
-    build alone reuses the warm-up's kernels)."""
+def record_baselines(tasks: Path) -> list[dict]:
+    """The `baselines` block of every task record beside the summary (`<mode>/tasks/*.json`
+    under `tasks`), read once for the figures below."""
+    return [
+        json.loads(path.read_text())["baselines"] for path in sorted(tasks.glob("*/tasks/*.json"))
+    ]
+
+
+def autotune_build_figures(records: list[dict]) -> list[str]:
+    """The compile seconds of Inductor and its max-autotune, from the records' `baselines`
+    (`record_baselines`): Inductor's build (`build_s`), max-autotune's warm-up build
+    (`warm_build_s`: its build alone reuses the warm-up's kernels)."""
     seconds: dict[str, list[float]] = {"inductor": [], AUTOTUNE: []}
     field = {"inductor": "build_s", AUTOTUNE: "warm_build_s"}
-    for path in sorted(tasks.glob("*/tasks/*.json")):
-        baselines = json.loads(path.read_text())["baselines"]
+    for baselines in records:
         for name, values in seconds.items():
             build = (baselines.get(name) or {}).get(field[name])
             if build is not None:
@@ -207,15 +214,15 @@ def autotune_build_figures(tasks: Path) -> list[str]:
     ]
 
 
-def autotune_choice_figures(tasks: Path) -> list[str]:
+def autotune_choice_figures(records: list[dict]) -> list[str]:
     """Which convolution backends max-autotune chose from (the record's `conv_backends`;
     records made before the setting existed had Inductor's own, ATEN,TRITON) and which of
-    Inductor's Triton templates (`triton_tem_*` kernels) it chose, by the records whose
-    profile holds each."""
+    Inductor's Triton templates (`triton_tem_*` kernels) it chose, by the records (their
+    `baselines`: `record_baselines`) whose profile holds each."""
     backends: Counter = Counter()
     templates: Counter = Counter()
-    for path in sorted(tasks.glob("*/tasks/*.json")):
-        entry = json.loads(path.read_text())["baselines"].get(AUTOTUNE)
+    for baselines in records:
+        entry = baselines.get(AUTOTUNE)
         if not entry or entry.get("status") != "ok":
             continue
         backends[entry.get("conv_backends", "ATEN,TRITON")] += 1
@@ -272,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode, title in MODES.items()
         for line in autotune_figures(pd.read_csv(args.summary / f"survey_{mode}.csv"), title)
     ]
-    lines += autotune_build_figures(args.summary.parent)
-    lines += autotune_choice_figures(args.summary.parent)
+    records = record_baselines(args.summary.parent)
+    lines += autotune_build_figures(records) + autotune_choice_figures(records)
     print("\n".join(f"- {line}" for line in lines))
     failures = pd.read_csv(args.summary / "failures.csv")
     print("## Failures")

@@ -242,6 +242,11 @@ def test_audit_settings_fill_defaults_and_name_bad_values():
         ({"in_manifest": "yes"}, "audit.in_manifest is 'yes': it must be true or false"),
         ({"numerics": ["strict", "strict"]}, "audit.numerics is ['strict', 'strict']: a list"),
         ({"numerics": "strict"}, "audit.numerics is 'strict': a list of distinct modes"),
+        ({"tasks": []}, "audit.tasks is []: a list of distinct task numbers"),
+        ({"tasks": [3, 3]}, "audit.tasks is [3, 3]: a list of distinct task numbers"),
+        ({"tasks": [0]}, "audit.tasks is [0]: a list of distinct task numbers"),
+        ({"tasks": [True]}, "audit.tasks is [True]: a list of distinct task numbers"),
+        ({"tasks": "53"}, "audit.tasks is '53': a list of distinct task numbers"),
     ):
         with pytest.raises(KbfuseError, match=rf"^{re.escape(message)}"):
             audit_settings(given)
@@ -307,6 +312,29 @@ def test_duplicates_limit_and_corpus_references(tmp_path):
     assert prepare(own, tmp_path / "d")[0] == {}
     why = read_index(tmp_path / "d" / "entries.json")["skipped"][0]["why"]
     assert why == "the corpus holds no reference for it (audit.references: corpus)"
+
+
+def test_tasks_choose_the_records_checked_and_listed(tmp_path):
+    records = _records()
+    other = [{**records[1], "task_id": 81}, {**records[3], "task_id": 95}]
+    corpus_path = _jsonl(tmp_path / "c.json", records + other)
+    settings = audit_settings({"corpus": str(corpus_path), "mapping": "cuda_l1"})
+    assert audit_settings({"corpus": "c.json"})["tasks"] is None
+    names = prepare({**settings, "tasks": [81, 95]}, tmp_path / "a")[0]
+    assert list(names.values()) == [(2, 81)]
+    index = read_index(tmp_path / "a" / "entries.json")
+    assert index["corpus"]["tasks"] == [81, 95]
+    # task 95's record has no code: listed as not checked; task 53's records are left out
+    assert [(s["task"], s["why"]) for s in index["skipped"]] == [
+        (95, "the corpus holds no candidate code for it")
+    ]
+    # the limit counts among the tasks' records
+    names = prepare({**settings, "tasks": [53, 81], "limit": 3}, tmp_path / "b")[0]
+    assert [task for _, task in names.values()] == [53, 53, 53]
+    assert read_index(tmp_path / "b" / "entries.json")["skipped"][0]["task"] == 53
+    assert prepare({**settings, "tasks": [7]}, tmp_path / "c")[0] == {}
+    assert read_index(tmp_path / "c" / "entries.json")["corpus"]["tasks"] == [7]
+    assert read_index(tmp_path / "a" / "entries.json")["corpus"]["limit"] is None
 
 
 def test_the_claims_mode_is_measured_first_and_must_be_asked_for(tmp_path):

@@ -159,6 +159,7 @@ def test_judging_against_the_corpus_references_names_entries_anew(tmp_path, kb_r
     [
         ({"references": "mine"}, "config key audit.references: 'mine' is invalid"),
         ({"limit": 0}, "config key audit.limit: 0 is invalid"),
+        ({"tasks": [53, 53]}, "config key audit.tasks: [53, 53] is invalid"),
         ({"mapping": "cuda_l2"}, "mapping 'cuda_l2' is neither a packaged mapping (cuda_l1)"),
         ({"corpus": "corpus/none.json"}, "corpus corpus/none.json does not exist"),
         ({"mapping": None}, "corpus corpus/tiny.json is a file: name the mapping"),
@@ -255,6 +256,21 @@ def test_cli_audit_at_the_pin_reads_the_checkout(tmp_path, capsys, kb_repo):
     assert table.loc[0, "reference_vs_pinned"] == "differs"  # the CPU task file is not the pin's
     record = json.loads(next((out / "verdicts" / MODE).glob("*.json")).read_text())
     assert record["task"]["file"].startswith("53_") and record["task"]["commit"]
+
+
+def test_cli_audit_of_chosen_tasks(tmp_path, capsys, kb_repo):
+    args, out = _cli_at_the_pin(tmp_path, kb_repo)
+    # task 1's record is a level-1 one (left out by the mapping), task 53's are the three
+    # with code and the one without; --limit 1 counts among them
+    assert main([*args, "--task", "53", "--task", "1"]) == 0
+    index = json.loads((out / "entries.json").read_text())
+    assert index["corpus"]["tasks"] == [53, 1]
+    table = pd.read_csv(out / "summary" / "table.csv")
+    assert list(table["verdict"]) == ["pass", "not checked"]
+    assert "tasks [53, 1] only" in (out / "summary" / "table.md").read_text()
+    assert main([*args, "--task", "0", "--out", str(tmp_path / "other")]) == 1
+    assert "audit.tasks is [0]: a list of distinct task numbers" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
 
 
 def test_cli_audit_names_a_missing_task_file_and_writes_nothing(tmp_path, capsys):

@@ -149,16 +149,19 @@ def test_cuda_l1_kernels_against_the_pin(tmp_path_factory):
     if not corpus:
         pytest.skip("KBFUSE_AUDIT_CUDA_L1 does not name CUDA-L1's optimized_cuda_code/h100.json")
     workdir = copy_workflow(tmp_path_factory.mktemp("gpu-audit-l1") / "wf")
-    block = {"corpus": corpus, "mapping": "cuda_l1", "name": "l1", "limit": 2}
+    # two tasks of small outputs (about 1 GB of scratch each: the corpus's first, tasks 1 and
+    # 4, need 31 and 62 GB) and task 2, whose record has no code
+    block = {"corpus": corpus, "mapping": "cuda_l1", "name": "l1", "tasks": [2, 24, 70]}
     _audit(workdir, _mirror(), block)
     root = workdir / "results" / "audit" / "l1"
     table = pd.read_csv(root / "summary" / "table.csv")
     checked = table[table["entry"].notna()]
     assert len(checked) == 2 and set(checked["verdict"]) <= {"pass", "fail"}
+    assert set(checked["task"]) == {"2/24", "2/70"}
     assert checked["claim_over_eager"].notna().all()
     # CUDA-L1 made its claims on other shapes than the pin's
     assert set(checked["reference_vs_pinned"]) == {"differs"}
     for _, row in checked.iterrows():
         assert row["status_over_eager"] in ("reproduces", "does not reproduce", "fails check")
     # the records without code, or whose code is the text 'None', are listed, not checked
-    assert (table["verdict"] == "not checked").sum() >= 1
+    assert table.loc[table["verdict"] == "not checked", "task"].tolist() == ["2/2"]

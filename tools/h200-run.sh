@@ -28,6 +28,9 @@ shift || true
 [ "$what" = all ] && what=study,benchmarks,tests
 has() { case ",$what," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 export PYTHONUNBUFFERED=1
+# one folder of GPU locks and scratch reservations for every job of the call, whatever TMPDIR
+# a phase runs with (the tests below have their own)
+export KBFUSE_GPU_LOCK_DIR="${KBFUSE_GPU_LOCK_DIR:-${TMPDIR:-/tmp}}"
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 # At most 8 files come back from the device's $OUT: everything is written to a work folder
 # and packed into one archive at the end, with the three short logs beside it.
@@ -141,8 +144,14 @@ if has tests; then
   [ -n "${CALL_BUDGET_S:-}" ] && limit=$(( CALL_BUDGET_S - SECONDS ))
   echo "gpu tests: time limit ${limit} s" | tee -a "$OUT/phases.txt"
   start_tests=$SECONDS
+  # The tests' files (pytest's tmp_path, the checks' scratch) go to a folder removed after
+  # them: a test stopped by the limit leaves its checks' case outputs behind (session 22: 39 GB,
+  # which a background audit after it then lacked).
+  tests_tmp="${TMPDIR:-/tmp}/kbfuse-tests"
+  rm -rf "$tests_tmp" && mkdir -p "$tests_tmp"
   run_pytest() {
-    timeout "$(( limit - SECONDS + start_tests ))" python3 -m pytest -m gpu -v -p no:cacheprovider \
+    TMPDIR="$tests_tmp" timeout "$(( limit - SECONDS + start_tests ))" \
+      python3 -m pytest -m gpu -v -p no:cacheprovider \
       --durations=15 "$@" 2>&1 | tee -a "$OUT/pytest-gpu.log" \
       | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -n 60
   }
@@ -153,6 +162,9 @@ if has tests; then
   else
     run_pytest "$@"
   fi
+  rm -rf "$tests_tmp"
+  echo "scratch disk after the tests: $(df -h --output=avail "${TMPDIR:-/tmp}" | tail -n 1)" \
+    | tee -a "$OUT/phases.txt"
 fi
 if has survey; then
   # SURVEY_CONFIG: extra --config items, e.g. 'survey={tasks: [1, 53]}'

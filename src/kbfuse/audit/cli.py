@@ -39,6 +39,13 @@ def add_parser(sub) -> None:
     )
     a.add_argument("--limit", type=int, help="check the first N entries only")
     a.add_argument(
+        "--task",
+        type=int,
+        action="append",
+        dest="tasks",
+        help="check this task number's records only (again for more; default: every task)",
+    )
+    a.add_argument(
         "--numerics",
         action="append",
         choices=("kernelbench-defaults", "strict"),
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             "name": args.name,
             "references": args.references,
             "limit": args.limit,
+            "tasks": args.tasks,
             "numerics": args.numerics,
         }
     )
@@ -99,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return summarise(root, [(mode, name) for mode in modes for name in entries], checkout, [])
     contract = contract_of(args)
     check = check_settings(settings_from_config(args.config, args.unsandboxed))
-    chosen = select(corpus, settings["references"], settings["limit"])[0]
+    chosen = select(corpus, settings["references"], settings["limit"], settings["tasks"])[0]
     pinned = {}
     if settings["references"] == "pinned":
         pinned = {

@@ -80,12 +80,16 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def select(corpus: Corpus, references: str, limit: int | None):
-    """({name: Candidate} in corpus order, duplicates {name: [sources]}, skipped)."""
+def select(corpus: Corpus, references: str, limit: int | None, tasks: list[int] | None = None):
+    """({name: Candidate} in corpus order, duplicates {name: [sources]}, skipped), of the
+    records of `tasks` only when given (the skipped ones too), the first `limit` of them."""
     chosen: dict[str, Candidate] = {}
     duplicates: dict[str, list[str]] = {}
-    skipped = list(corpus.skipped)
+    wanted = None if tasks is None else set(tasks)
+    skipped = [s for s in corpus.skipped if wanted is None or s.task in wanted]
     for entry in corpus.entries:
+        if wanted is not None and entry.task not in wanted:
+            continue
         if references == "corpus" and entry.reference is None:
             why = "the corpus holds no reference for it (audit.references: corpus)"
             skipped.append(Skipped(entry.source, entry.level, entry.task, why))
@@ -130,6 +134,7 @@ def index_record(
             "references": settings["references"],
             "filtered_out": corpus.filtered_out,
             "limit": settings["limit"],
+            "tasks": settings["tasks"],
         },
         "claims": []
         if mapping is None
@@ -157,7 +162,9 @@ def materialise(corpus: Corpus, mapping: Mapping | None, settings: dict, root: s
     corpus's reference) and the index under the audit's folder `root` (kbfuse.layout.
     AUDIT_FILES), each only when changed; {name: (level, task)} in corpus order."""
     measured_modes(settings, claims_mode(mapping))  # refused before anything is written
-    chosen, duplicates, skipped = select(corpus, settings["references"], settings["limit"])
+    chosen, duplicates, skipped = select(
+        corpus, settings["references"], settings["limit"], settings["tasks"]
+    )
     for name, candidate in chosen.items():
         write_if_changed(Path(layout.audit_file("candidate", root, entry=name)), candidate.text)
         if settings["references"] == "corpus":

@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "name": None,  # None: made from the corpus's file name
     "references": "pinned",
     "limit": None,
+    "tasks": None,  # None: every task; else only these task numbers' records
     "numerics": None,  # None: the mode the claims were made in only
     "in_manifest": False,
 }
@@ -64,6 +65,16 @@ def audit_settings(given: Mapping[str, Any] | None) -> dict:
         isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT
     ):
         raise KbfuseError(f"audit.limit is {limit!r}: an integer from 1 to {MAX_LIMIT}, or null")
+    tasks = s["tasks"]
+    if tasks is not None and (
+        not isinstance(tasks, list)
+        or not tasks
+        or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in tasks)
+        or len(set(tasks)) != len(tasks)
+    ):
+        raise KbfuseError(
+            f"audit.tasks is {tasks!r}: a list of distinct task numbers (integers from 1), or null"
+        )
     modes = s["numerics"]
     if modes is not None and (
         not isinstance(modes, list)

@@ -96,6 +96,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 # the scratch disk free: session 21's machine had 3.2 GB (four audit checks refused for it)
 echo "scratch disk (${TMPDIR:-/tmp}): $(df -h --output=avail,size "${TMPDIR:-/tmp}" | tail -n 1)" \
   | tee -a "$OUT/phases.txt"
+echo "/dev/shm: $(df -h --output=avail,size /dev/shm | tail -n 1); memory: $(free -g | awk 'NR == 2 { print $2 " GB, " $7 " available" }')" \
+  | tee -a "$OUT/phases.txt"
 
 rc=0
 kb="kernelbench={url: $PWD/.kb/KernelBench.git, commit: $commit}"
@@ -236,9 +238,12 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
   # AUDIT_JOBS: checks at a time (the profile's gpu_jobs, 6 by default; session 12 ran 6);
   # AUDIT_SPREAD: check.timing.spread (rounds sized from the spread; unset: fixed rounds)
   # (and the machine's fingerprint, which the reference needs: tools/audit_reference.py);
-  # scratch_mb: the scratch disk free now, less 1 GiB, shared out by each check's estimate
-  scratch=$(( $(df -Pm "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $4 }') - 1024 ))
-  start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
+  # scratch_mb: the scratch disk free now, less 1 GiB, shared out by each check's estimate;
+  # AUDIT_TMPDIR: where the checks' scratch goes (default TMPDIR), e.g. /dev/shm where that
+  # holds more than the disk (the machine's memory: check the line printed above first)
+  audit_tmp="${AUDIT_TMPDIR:-${TMPDIR:-/tmp}}"
+  scratch=$(( $(df -Pm "$audit_tmp" | awk 'NR == 2 { print $4 }') - 1024 ))
+  start_bg audit env TMPDIR="$audit_tmp" python3 -m snakemake --cores "$(nproc)" --keep-going audit \
     results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
     --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$scratch" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \

@@ -76,9 +76,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
+    _deselect_multigpu(config, items)
     _skip_without_nvcc(items)
     _skip_without_slurm(items)
     items.sort(key=_module_rank(items))
+
+
+def _deselect_multigpu(config, items) -> None:
+    """Tests marked `multigpu` (two GPUs or more) run only when the -m expression names them:
+    `pytest -m gpu` on a one-GPU machine leaves them out rather than skipping them."""
+    if "multigpu" in (config.getoption("markexpr") or ""):
+        return
+    chosen = [item for item in items if item.get_closest_marker("multigpu") is None]
+    if len(chosen) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+        items[:] = chosen
 
 
 # --------------------------------------------------------------------------- distribution

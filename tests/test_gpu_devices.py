@@ -1,4 +1,5 @@
-"""Placement on the GPUs of a real machine (run on the GPU machine: pytest -m gpu).
+"""Placement on the GPUs of a real machine (run on the GPU machine: pytest -m gpu; the two
+tests that need two GPUs or more are marked `multigpu`: pytest -m multigpu on such a machine).
 
 On one GPU: nothing is listed or chosen, a job runs as before and names its GPU. On several:
 the child's list is CUDA's (as torch sees it), each placed job sees exactly one GPU (its own,
@@ -21,8 +22,6 @@ from kbfuse.results import records
 from kbfuse.survey import agreement
 from kbfuse.workflow import devices, gpulock
 
-pytestmark = pytest.mark.gpu
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,12 +34,22 @@ def smi() -> dict[str, str]:
     return dict(tuple(part.strip() for part in line.split(",", 1)) for line in out.splitlines())
 
 
+def at_least_two_gpus() -> list:
+    """The GPUs listed; fails (never skips) on a machine with fewer than two: a test marked
+    `multigpu` is asked for by name (pytest -m multigpu), so one GPU is a wrong machine."""
+    listed = devices.list_in_child()
+    if len(listed) < 2:
+        pytest.fail(f"a multigpu test on a machine with {len(listed)} GPU: it needs two or more")
+    return listed
+
+
 def child_env(tmp_path) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), gpulock.LOCK_DIR_VARIABLE: str(tmp_path)}
     env.pop(devices.PLACED, None)
     return env
 
 
+@pytest.mark.gpu
 def test_the_child_lists_the_gpus_cuda_shows():
     import torch
 
@@ -53,6 +62,7 @@ def test_the_child_lists_the_gpus_cuda_shows():
         assert device.name == names[device.uuid] == torch.cuda.get_device_name(i)
 
 
+@pytest.mark.gpu
 def test_several_visible_is_empty_on_one_gpu_and_every_gpu_on_several():
     import torch
 
@@ -84,6 +94,7 @@ def start_job(tmp_path, name, how="shared", hold_s=20.0) -> subprocess.Popen:
     )  # fmt: skip
 
 
+@pytest.mark.gpu
 def test_a_job_names_the_gpu_it_ran_on(tmp_path):
     child = start_job(tmp_path, "one", hold_s=0)
     line = json.loads(child.stdout.readline())
@@ -99,10 +110,9 @@ def test_a_job_names_the_gpu_it_ran_on(tmp_path):
         assert line["visible"] == current["uuid"] and line["count"] == 1
 
 
+@pytest.mark.multigpu
 def test_jobs_spread_over_every_gpu(tmp_path):
-    listed = devices.list_in_child()
-    if len(listed) < 2:
-        pytest.skip("one GPU: nothing to spread (the test above checks it)")
+    listed = at_least_two_gpus()
     children = [start_job(tmp_path, f"job{n}") for n in range(len(listed))]
     try:
         seen = [json.loads(child.stdout.readline())["current"]["uuid"] for child in children]
@@ -113,10 +123,9 @@ def test_jobs_spread_over_every_gpu(tmp_path):
     assert sorted(seen) == sorted(d.uuid for d in listed)  # one job on each GPU
 
 
+@pytest.mark.multigpu
 def test_two_timing_jobs_time_on_two_gpus_at_once(tmp_path):
-    listed = devices.list_in_child()
-    if len(listed) < 2:
-        pytest.skip("one GPU: two timing jobs take turns (tests/test_gpulock.py)")
+    at_least_two_gpus()  # on one, two timing jobs take turns (tests/test_gpulock.py)
     first, second = (start_job(tmp_path, f"t{n}", "alone") for n in range(2))
     try:
         a, b = (json.loads(c.stdout.readline())["current"]["uuid"] for c in (first, second))
@@ -127,6 +136,7 @@ def test_two_timing_jobs_time_on_two_gpus_at_once(tmp_path):
     assert a != b
 
 
+@pytest.mark.gpu
 def test_the_cross_device_check_on_this_machine(tmp_path, monkeypatch):
     monkeypatch.setenv(gpulock.LOCK_DIR_VARIABLE, str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))

@@ -124,3 +124,22 @@ def test_an_expected_skip_passes_and_the_check_is_off_by_default(tmp_path):
     unlisted = _run_sample(tmp_path, "", check="0")
     assert unlisted.returncode == 0, unlisted.stdout + unlisted.stderr
     assert "skip count check" not in unlisted.stdout
+
+
+def _collected(*marker: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *marker, str(TESTS / "test_gpu_devices.py")],
+        capture_output=True, text=True, cwd=TESTS.parent, check=False,
+    ).stdout  # fmt: skip
+    return sorted(line.split("::")[1] for line in out.splitlines() if "::" in line)
+
+
+def test_multigpu_tests_run_only_when_asked_for():
+    # `pytest -m gpu` on the one-GPU machine leaves the two-GPU tests out instead of skipping
+    # them (a skip there would hide whether anything else skipped)
+    two = ["test_jobs_spread_over_every_gpu", "test_two_timing_jobs_time_on_two_gpus_at_once"]
+    gpu = _collected("-m", "gpu")
+    assert len(gpu) == 4 and not set(two) & set(gpu)
+    assert _collected("-m", "multigpu") == two
+    assert _collected() == []  # the CPU suite's own -m 'not gpu'

@@ -195,6 +195,7 @@ OVERRIDES = [
     ("audit.name", "audit={name: h100}", ("audit", "name"), "h100"),
     ("audit.references", "audit={references: corpus}", ("audit", "references"), "corpus"),
     ("audit.limit", "audit={limit: 5}", ("audit", "limit"), 5),
+    ("audit.tasks", "audit={tasks: [2, 53]}", ("audit", "tasks"), [2, 53]),
     (
         "audit.numerics",
         "audit={numerics: [kernelbench-defaults, strict]}",

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,9 +111,27 @@ def site_profile(workdir: Path, **rules: dict) -> dict:
 
 
 def on_slurm(cluster: Cluster, workdir: Path, *args: str, check: bool = True) -> Run:
-    proc = snakemake(workdir, "--workflow-profile", "profiles/slurm", *FAST_POLLS, *args,
-                     env=cluster.env, check=check)  # fmt: skip
+    try:
+        proc = snakemake(workdir, "--workflow-profile", "profiles/slurm", *FAST_POLLS, *args,
+                         env=cluster.env, check=check)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(stuck(cluster, exc)) from exc
     return Run(workdir, proc.stdout + proc.stderr)
+
+
+def stuck(cluster: Cluster, exc: subprocess.TimeoutExpired) -> str:
+    """What a run that never ended leaves to diagnose: the queue and the node as Slurm sees
+    them, and the end of the run's own output (one CI run's rerun hung for its 600 s once)."""
+    output = "".join(part or "" for part in (exc.stdout, exc.stderr))
+    views = []
+    queue = ("squeue", "-a", "-o", "%i %j %T %r %M %l")
+    for command in (queue, ("sinfo", "-N", "-o", "%N %T %C %m %e")):
+        try:
+            views.append(f"--- {' '.join(command)}:\n{cluster.command(*command)}")
+        except (AssertionError, subprocess.TimeoutExpired) as error:
+            views.append(f"--- {command[0]} failed: {error}")
+    return "\n".join([f"snakemake on Slurm did not end in {exc.timeout} s", *views,
+                      "--- the run's output, last 6000 characters:", output[-6000:]])  # fmt: skip
 
 
 def study_copy(folder: Path, kb_repo, variants=VARIANTS) -> tuple[Path, Path]:

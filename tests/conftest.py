@@ -87,9 +87,11 @@ def _deselect_multigpu(config, items) -> None:
     `pytest -m gpu` on a one-GPU machine leaves them out rather than skipping them."""
     if "multigpu" in (config.getoption("markexpr") or ""):
         return
-    chosen = [item for item in items if item.get_closest_marker("multigpu") is None]
-    if len(chosen) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+    chosen, left_out = [], []
+    for item in items:
+        (chosen if item.get_closest_marker("multigpu") is None else left_out).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
         items[:] = chosen
 
 

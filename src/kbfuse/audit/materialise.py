@@ -80,7 +80,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def select(corpus: Corpus, references: str, limit: int | None, tasks: list[int] | None = None):
+def select(corpus: Corpus, references: str, limit: int | None, tasks: list[int] | None):
     """({name: Candidate} in corpus order, duplicates {name: [sources]}, skipped), of the
     records of `tasks` only when given (the skipped ones too), the first `limit` of them."""
     chosen: dict[str, Candidate] = {}

@@ -118,7 +118,7 @@ def header(index: dict, frame: pd.DataFrame) -> str:
             f"{len(index['entries'])} candidates ({judged} with a verdict{not_started}), "
             f"{len(index['skipped'])} not checked, "
             f"{corpus['filtered_out']} left out by the mapping's filters"
-            + ("" if corpus.get("tasks") is None else f", tasks {corpus['tasks']} only"),
+            + ("" if corpus["tasks"] is None else f", tasks {corpus['tasks']} only"),
             f"- claims made in numerics mode `{corpus['numerics']}` and compared with the "
             f"measurement in it; measured in {', '.join(f'`{m}`' for m in corpus['measured'])}; "
             f"timing method {', '.join(methods) or 'none'}",

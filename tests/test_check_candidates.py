@@ -82,6 +82,37 @@ def test_the_pinned_tasks_scratch_disk_is_reserved(tmp_path, monkeypatch):
     assert list((tmp_path / diskbudget.LEDGER).glob("*.json")) == []
 
 
+def test_a_check_goes_to_the_memory_filesystem_when_the_disk_is_full(tmp_path, monkeypatch, capsys):
+    """KBFUSE_SCRATCH=DISK:/dev/shm with the disk full: the check's scratch folder is made in
+    /dev/shm (a tmpfs), where the sandboxed children write their cases past bwrap's own
+    private /dev/shm, and the candidate passes as it does on the disk. The memory kept for
+    processes and the margins are made small so that the check fits a small /dev/shm."""
+    shm = Path("/dev/shm")
+    assert diskbudget.filesystem_type(shm) == "tmpfs"
+    full = tmp_path / "full"
+    full.mkdir()
+    real_free = diskbudget.free_bytes
+    monkeypatch.setattr(diskbudget, "free_bytes", lambda p: 0 if p == full else real_free(p))
+    for name in ("MEMORY_KEEP_BYTES", "SLACK_BYTES", "FREE_MARGIN_BYTES"):
+        monkeypatch.setattr(diskbudget, name, 1 << 20)
+    monkeypatch.setattr(diskbudget, "MEMORY_KEEP_FRACTION", 0.0)
+    monkeypatch.setenv("KBFUSE_GPU_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv(diskbudget.ENV_ROOTS, f"{full}:{shm}")
+    record = check_candidate(
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS,
+        device="cpu", commit="f" * 40, keep_scratch=True,
+    )  # fmt: skip
+    kept = Path(capsys.readouterr().out.split("scratch kept: ")[1].split()[0])
+    try:
+        assert kept.parent == shm and kept.name.startswith("kbfuse-check-")
+        assert record["verdict"] == "pass" and record["failed_checks"] == []
+        assert sorted(p.name for p in kept.iterdir()) == ["candidate", "reference"]
+        assert any((kept / "candidate" / "out").iterdir())  # the candidate's cases were written
+    finally:
+        shutil.rmtree(kept)
+    assert list(full.iterdir()) == []
+
+
 def test_a_check_the_scratch_disk_cannot_hold_is_refused_or_recorded(tmp_path, monkeypatch):
     """A pinned task whose cases could never fit the free disk: kbfuse check refuses it before
     any child runs, naming the sizes; an audit (record_refusal) writes a check_refused record

@@ -238,12 +238,14 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
   # AUDIT_JOBS: checks at a time (the profile's gpu_jobs, 6 by default; session 12 ran 6);
   # AUDIT_SPREAD: check.timing.spread (rounds sized from the spread; unset: fixed rounds)
   # (and the machine's fingerprint, which the reference needs: tools/audit_reference.py);
-  # scratch_mb: the scratch disk free now, less 1 GiB, shared out by each check's estimate;
-  # AUDIT_TMPDIR: where the checks' scratch goes (default TMPDIR), e.g. /dev/shm where that
-  # holds more than the disk (the machine's memory: check the line printed above first)
-  audit_tmp="${AUDIT_TMPDIR:-${TMPDIR:-/tmp}}"
-  scratch=$(( $(df -Pm "$audit_tmp" | awk 'NR == 2 { print $4 }') - 1024 ))
-  start_bg audit env TMPDIR="$audit_tmp" python3 -m snakemake --cores "$(nproc)" --keep-going audit \
+  # AUDIT_SCRATCH: the checks' scratch roots (KBFUSE_SCRATCH; default TMPDIR), e.g.
+  # /dev/shm:/tmp, the machine's memory first (faster, and room for one of the largest tasks
+  # beside one on the disk: kbfuse.candidates.diskbudget keeps memory for the processes);
+  # scratch_mb: the room of those roots now (`kbfuse scratch`), shared out by each check's estimate
+  [ -n "${AUDIT_SCRATCH:-}" ] && export KBFUSE_SCRATCH="$AUDIT_SCRATCH"
+  python3 -m kbfuse.workflow.cli scratch | tee -a "$OUT/phases.txt"
+  scratch=$(python3 -m kbfuse.workflow.cli scratch --mb) || exit 1
+  start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
     results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
     --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$scratch" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \

@@ -24,7 +24,8 @@ With a GPU lock (kbfuse.workflow.gpulock), the reference and the witness share t
 other jobs, and so does the candidate while it builds, runs its cases and builds its
 baselines; for its guards and timing it has the device alone (sandbox.Handoff: the wait is
 not counted against its time limit, and its processes are stopped while the parent waits).
-Before step 2 the check reserves the scratch disk its cases will take (diskbudget: checks
+Before step 2 the check reserves the scratch disk its cases will take, in the first of the
+scratch roots where they fit (diskbudget: TMPDIR, or the folders of $KBFUSE_SCRATCH; checks
 beside each other wait for space rather than fill the disk, and one that cannot fit is refused
 before any child runs); the verdict's `scratch` says how much and how long it waited.
 The scratch folder is deleted afterwards unless `keep_scratch`. A problem of the harness (a
@@ -39,7 +40,6 @@ import functools
 import json
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,22 +388,22 @@ def check_candidate(
     # KernelBench files; a task file that is not the pin's (`--task-file`, an audit judged
     # against its corpus's own code: no commit) runs in the sandbox only, so it gets none.
     need = scratch_estimate(task_file, settings, contract) if commit is not None else None
-    root = Path(tempfile.mkdtemp(prefix="kbfuse-check-")).resolve()
+    roots = diskbudget.scratch_roots()
     # none of these may be seen by a child, even where it lies in a folder a child can read
     # (a GPU lock file can be locked through a read-only view)
     locks = [gpulock.lock_dir()] + ([lock.path.parent] if hasattr(lock, "path") else [])
-    hidden = tuple(p.resolve() for p in (root, out.parent, logs_at, *locks))
     limits = Limits(settings["time_limit_s"], settings["memory_limit_mb"])
     wait_s = DISK_WAIT_LIMITS * settings["time_limit_s"]
-    refused = None
+    refused = held = None
     try:
-        with diskbudget.reserve(need, root, gpulock.lock_dir(), wait_s) as scratch:
+        with diskbudget.reserve(need, roots, gpulock.lock_dir(), wait_s, keep=keep_scratch) as held:
+            hidden = tuple(p.resolve() for p in (held.folder, out.parent, logs_at, *locks))
             found = gather(
                 candidate,
                 task_file,
                 settings,
                 contract,
-                Scratch(root, binary, device, limits, hidden),
+                Scratch(held.folder, binary, device, limits, hidden),
                 logs,
                 lock,
             )
@@ -412,10 +412,8 @@ def check_candidate(
             raise
         refused = exc
     finally:
-        if keep_scratch:
-            print(f"scratch kept: {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        if keep_scratch and held is not None:
+            print(f"scratch kept: {held.folder}")
     if refused is not None:
         record = refusal_record(candidate, level, task, task_file, commit, settings, refused)
         write_json(out, record)
@@ -430,8 +428,8 @@ def check_candidate(
     record = evidence.assemble(
         candidate, task_record, device, settings, survey, found, sandbox, contract
     )
-    record["scratch"] = scratch
-    record["phases_s"] = {"scratch_wait": scratch["waited_s"], **found.phases_s}
+    record["scratch"] = held.info
+    record["phases_s"] = {"scratch_wait": held.info["waited_s"], **found.phases_s}
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
     return record

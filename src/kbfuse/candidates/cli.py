@@ -12,6 +12,10 @@ kbfuse.candidates.spec; `--unsandboxed` runs the children without the bubblewrap
 verdict says so).
 Prints the verdict, the failed checks and the findings; exit 0 for pass, 1 for fail (or a
 problem named on stderr: no bwrap, a missing task file, a reference that fails).
+
+`kbfuse scratch [--mb]`: the scratch roots a check would use here (TMPDIR, or the folders of
+$KBFUSE_SCRATCH), the room of each (kbfuse.candidates.diskbudget.room) and their pool in MiB,
+the `--resources scratch_mb=N` of an audit's Snakemake run (`--mb`: that number alone).
 """
 
 from __future__ import annotations
@@ -45,6 +49,29 @@ def add_parser(sub) -> None:
         help="run the children without the bubblewrap sandbox (recorded in the verdict)",
     )
     c.set_defaults(run=run)
+
+
+def add_scratch_parser(sub) -> None:
+    s = sub.add_parser("scratch", help="the scratch roots of checks here, and their room")
+    s.add_argument("--mb", action="store_true", help="print only the pool in MiB (scratch_mb)")
+    s.set_defaults(run=run_scratch)
+
+
+def run_scratch(args) -> int:
+    from kbfuse.candidates import diskbudget
+
+    roots = diskbudget.scratch_roots()
+    pool = diskbudget.pool_mb(roots)
+    if args.mb:
+        print(pool)
+        return 0
+    for root in roots:
+        space = diskbudget.room(root)
+        kind = diskbudget.filesystem_type(root) or "unknown filesystem"
+        bound = ", bounded by the memory kept for processes" if space.memory else ""
+        print(f"{root}: {kind}, {space.free / 1e9:.1f} GB of room now{bound}")
+    print(f"scratch_mb={pool} (each root's room less {diskbudget.FREE_MARGIN_BYTES >> 30} GiB)")
+    return 0
 
 
 def settings_from_config(config: str | None, unsandboxed: bool) -> dict | None:

@@ -5,6 +5,7 @@
     kbfuse summarize RESULTS_DIR --config CONFIG --out DIR [--kernels DIR] [--study fused2]
     kbfuse check CANDIDATE.py [--task 2/53] [--kernelbench DIR | --task-file FILE] [--out JSON]
     kbfuse audit CORPUS [--mapping cuda_l1] [--references pinned|corpus] [--out DIR]
+    kbfuse scratch [--mb]
     kbfuse --version
 
 `summarize` is the CPU-only way to rebuild the tables and plots of a finished run (for
@@ -186,8 +187,10 @@ def parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(run=_summarize)
     from kbfuse.candidates.cli import add_parser as add_check_parser
+    from kbfuse.candidates.cli import add_scratch_parser
 
     add_check_parser(sub)  # kbfuse check CANDIDATE.py --task 2/53 (docs/check.md)
+    add_scratch_parser(sub)  # kbfuse scratch: where checks write, and how much (docs/check.md)
     from kbfuse.audit.cli import add_parser as add_audit_parser
 
     add_audit_parser(sub)  # kbfuse audit CORPUS --mapping cuda_l1 (docs/audit.md)

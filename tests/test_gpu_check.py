@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -172,6 +175,44 @@ def test_a_patched_event_timer_is_named_and_does_not_change_the_figures(corpus):
     assert record["guards"]["patched"]["after_import"] == ["torch.cuda.Event.elapsed_time"]
     samples = record["timing"]["events"]["candidate"]["samples_ms"]
     assert min(samples) > 0.001  # the patch returns 0.001 ms; kbfuse's clock is the original
+
+
+def test_a_check_with_its_scratch_in_memory_passes_as_on_the_disk(corpus, tmp_path):
+    """KBFUSE_SCRATCH=/dev/shm: `kbfuse check` makes its scratch folder on the tmpfs, where the
+    sandboxed children, with the GPU's device nodes bound beside it, build, run and time
+    own_53 as they do on the disk: it passes bit for bit, and the candidate's cases lie in
+    memory."""
+    config = tmp_path / "check.yaml"
+    check = {
+        "official_trials": 5,
+        "seeds": [0],
+        "distributions": ["uniform"],
+        "baselines": ["eager"],
+        "time_limit_s": 590,
+        "timing": {"warmup": 1, "rounds": 3, "invocations_per_pair": 2},
+    }
+    config.write_text(yaml.safe_dump({"check": check}))
+    out = tmp_path / "own_53.json"
+    command = [
+        sys.executable, "-m", "kbfuse.workflow.cli", "check", str(CORPUS / "own_53.py"),
+        "--task", "2/53", "--kernelbench", str(corpus / "results" / "kernelbench" / "checkout"),
+        "--out", str(out), "--config", str(config), "--keep-scratch",
+    ]  # fmt: skip
+    env = {**os.environ, "KBFUSE_SCRATCH": "/dev/shm"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = Path(done.stdout.split("scratch kept: ")[1].split()[0])
+    try:
+        assert kept.parent == Path("/dev/shm") and kept.name.startswith("kbfuse-check-")
+        record = json.loads(out.read_text())
+        assert record["verdict"] == "pass" and record["failed_checks"] == []
+        cases = record["correctness"]["cases"]
+        assert len(cases) == 5 + 1 + 1 + 1  # official, weights, one distribution, after timing
+        assert all(c["bit_identical"] for c in cases.values())
+        assert record["scratch"]["estimated_bytes"] > 0
+        assert any((kept / "candidate" / "out").iterdir())
+    finally:
+        shutil.rmtree(kept)
 
 
 def test_cases_compare_on_the_gpu_as_on_the_cpu():

@@ -143,10 +143,10 @@ def scratch_roots(env: dict[str, str] | None = None) -> list[Path]:
     if not value.strip():
         return [Path(tempfile.gettempdir()).resolve()]
     roots: list[Path] = []
-    for item in value.split(os.pathsep):
-        path = Path(item.strip())
-        if not item.strip():
+    for item in (entry.strip() for entry in value.split(os.pathsep)):
+        if not item:
             continue
+        path = Path(item)
         if not path.is_absolute() or not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
             raise KbfuseError(
                 f"{ENV_ROOTS}={value!r}: {item!r} is not an existing, writable folder given by "

@@ -54,7 +54,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kbfuse.errors import KbfuseError
@@ -250,12 +250,12 @@ def decide(need: int, space: Room, reservations: list[dict]) -> str:
     return "go" if need + outstanding <= space.free - FREE_MARGIN_BYTES else "wait"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Held:
     """A granted reservation: the check's scratch folder and what the verdict records."""
 
     folder: Path
-    info: dict = field(default_factory=dict)
+    info: dict
 
 
 def _too_small(need: int, roots: Sequence[Path], rooms: list[Room]) -> ScratchTooSmall:
@@ -302,6 +302,10 @@ def _place(need: int, roots: Sequence[Path], ledger: Path, own: Path) -> Path | 
     return None
 
 
+def _scratch_folder(root: Path) -> Path:
+    return Path(tempfile.mkdtemp(prefix="kbfuse-check-", dir=root)).resolve()
+
+
 @contextlib.contextmanager
 def reserve(
     need: int | None,
@@ -315,33 +319,27 @@ def reserve(
     its `info` is {"estimated_bytes", "waited_s"}. `need` None: no reservation, the folder in
     the first root."""
     info = {"estimated_bytes": need, "waited_s": 0.0}
-    if need is None:
-        held = Held(Path(tempfile.mkdtemp(prefix="kbfuse-check-", dir=roots[0])).resolve(), info)
-        try:
-            yield held
-        finally:
-            if not keep:
-                shutil.rmtree(held.folder, ignore_errors=True)
-        return
-    ledger = ledger_root / LEDGER
-    ledger.mkdir(exist_ok=True)
-    own = ledger / f"{os.getpid()}-{uuid.uuid4().hex}.json"
-    guard = open(ledger / "ledger.lock", "a+")  # noqa: SIM115 - held across the loop
-    start = time.monotonic()
-    holder = None
-    held = None
+    guard = holder = held = own = None
     try:
+        if need is None:
+            held = Held(_scratch_folder(roots[0]), info)
+            yield held
+            return
+        ledger = ledger_root / LEDGER
+        ledger.mkdir(exist_ok=True)
+        own = ledger / f"{os.getpid()}-{uuid.uuid4().hex}.json"
+        guard = open(ledger / "ledger.lock", "a+")  # noqa: SIM115 - held across the loop
+        start = time.monotonic()
         while True:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
                 root = _place(need, roots, ledger, own)
                 if root is not None:
-                    folder = Path(tempfile.mkdtemp(prefix="kbfuse-check-", dir=root)).resolve()
-                    held = Held(folder, info)
+                    held = Held(_scratch_folder(root), info)
                     holder = open(own, "w")  # noqa: SIM115 - its flock marks the holder alive
                     fcntl.flock(holder, fcntl.LOCK_EX)
-                    entry = {"bytes": need, "root": str(folder), "filesystem": _filesystem(root)}
-                    holder.write(json.dumps(entry))
+                    entry = {"bytes": need, "root": str(held.folder)}
+                    holder.write(json.dumps({**entry, "filesystem": _filesystem(root)}))
                     holder.flush()
                     break
             finally:
@@ -356,7 +354,8 @@ def reserve(
         info["waited_s"] = round(time.monotonic() - start, 3)
         yield held
     finally:
-        guard.close()
+        if guard is not None:
+            guard.close()
         if held is not None and not keep:
             shutil.rmtree(held.folder, ignore_errors=True)
         if holder is not None:

@@ -4,6 +4,7 @@ when a source file the records depend on has changed since (snakemake/snakemake#
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -116,3 +117,60 @@ def test_an_archive_that_cannot_be_read_stops_it_without_a_marker(returned, tmp_
     done = _unpack(work, broken, marker)
     assert done.returncode != 0
     assert not marker.exists()
+
+
+@pytest.fixture
+def pinned_pack(tmp_path):
+    """A pack as tools/resume-pack.sh makes it: the pin record and a record, no checkout; and a
+    fresh working tree carrying the KernelBench repository as .kb/KernelBench.git."""
+    from kbrepo import git
+    from survey_kbrepo import make_survey_repo
+
+    from kbfuse.tasks.kernelbench import pin_kernelbench
+
+    url, commit = make_survey_repo(tmp_path / "kb")
+    made = tmp_path / "made"
+    record = made / "results" / "kernelbench" / "checkout.json"
+    pin_kernelbench(url, commit, 2, [53, 1], made / "results" / "kernelbench" / "checkout", record)
+    (made / "results" / "survey.json").write_text("{}")
+    archive = tmp_path / "pack.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(record, "results/kernelbench/checkout.json")
+        tar.add(made / "results" / "survey.json", "results/survey.json")
+    work = tmp_path / "work"
+    (work / ".kb").mkdir(parents=True)
+    git(tmp_path, "clone", "-q", "--bare", url, str(work / ".kb" / "KernelBench.git"))
+    return work, archive, json.loads(record.read_text())
+
+
+def test_the_checkout_is_made_again_at_the_pin_with_the_packs_time(pinned_pack, tmp_path):
+    work, archive, record = pinned_pack
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", str(TOOL), str(archive), str(tmp_path / "marker")],
+        cwd=work, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    checkout = work / "results" / "kernelbench" / "checkout"
+    task = checkout / record["tasks"]["53"]["path"]
+    assert task.is_file()
+    assert subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip() == record["commit"]
+    # the pack's record is kept as it was, and every file has the unpacking's one time
+    pinned = work / "results" / "kernelbench" / "checkout.json"
+    assert json.loads(pinned.read_text()) == record
+    times = {p.stat().st_mtime for p in (task, checkout, pinned, work / "results" / "survey.json")}
+    assert len(times) == 1
+
+
+def test_without_the_carried_kernelbench_it_says_what_to_carry_and_unpacks_nothing(
+    pinned_pack, tmp_path
+):
+    work, archive, _ = pinned_pack
+    shutil.rmtree(work / ".kb")
+    done = _unpack(work, archive, tmp_path / "marker")
+    assert done.returncode == 1
+    assert "no .kb/KernelBench.git" in done.stderr and "carry .kb" in done.stderr
+    assert not (work / "results").exists()
+    assert not (tmp_path / "marker").exists()

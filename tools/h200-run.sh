@@ -75,19 +75,22 @@ if [ -f .corpus/cuda_l1_h100.json.xz ]; then
   mkdir -p /tmp/corpus && xz -dc .corpus/cuda_l1_h100.json.xz > /tmp/corpus/cuda_l1_h100.json
   export KBFUSE_AUDIT_CUDA_L1=/tmp/corpus/cuda_l1_h100.json
 fi
-# .resume/results.tar.gz: an earlier call's results and .snakemake (with the KernelBench checkout
-# the pack leaves out put back), unpacked once per machine before anything runs, so that a
-# background run an ended machine cut short goes on where it stopped (tools/resume-unpack.sh:
-# why the files' times are set to now). The resumed run compares params, the set of inputs and
-# the software (RESUME_TRIGGERS); RESUME_RERUN_TRIGGERS="params software-env" leaves out the
-# set of inputs, for a resume across a commit that adds a file every job lists (a new record
-# schema: each job's code inputs list every schema) without changing what the jobs compute.
+# resume/results.tar.gz (RESUME_PACK; tracked: tools/resume-pack.sh makes it from a returned
+# archive, and an empty RESUME_PACK starts afresh): an earlier call's results and .snakemake,
+# unpacked once per machine before anything runs, with the KernelBench checkout made again from
+# .kb, so that a background run an ended machine cut short goes on where it stopped
+# (tools/resume-unpack.sh: why the files' times are set to now). The resumed run compares
+# params, the set of inputs and the software (RESUME_TRIGGERS); RESUME_RERUN_TRIGGERS="params
+# software-env" leaves out the set of inputs, for a resume across a commit that adds a file
+# every job lists (a new record schema: each job's code inputs list every schema) without
+# changing what the jobs compute.
 RESUME_TRIGGERS=()
-if [ -f .resume/results.tar.gz ]; then
-  bash tools/resume-unpack.sh .resume/results.tar.gz /tmp/kbfuse-resumed | tee -a "$OUT/phases.txt" || exit 1
+pack="${RESUME_PACK-resume/results.tar.gz}"
+if [ -n "$pack" ] && [ -f "$pack" ]; then
+  bash tools/resume-unpack.sh "$pack" /tmp/kbfuse-resumed | tee -a "$OUT/phases.txt" || exit 1
   # shellcheck disable=SC2206  # the triggers: words on purpose
   RESUME_TRIGGERS=(--rerun-triggers ${RESUME_RERUN_TRIGGERS:-params input software-env})
-  echo "resumed from .resume/results.tar.gz (tools/resume-pack.sh):" \
+  echo "resumed from $pack (tools/resume-pack.sh):" \
     "$(find results/audit -path '*/verdicts/*.json' 2> /dev/null | wc -l) audit verdicts," \
     "$(find results/survey -path '*/tasks/*.json' 2> /dev/null | wc -l) survey records" \
     | tee -a "$OUT/phases.txt"
@@ -191,7 +194,14 @@ start_bg() {  # NAME COMMAND...: run COMMAND in its own session, past the end of
 snake() { python3 -m snakemake --cores "$(nproc)" --keep-going "$@" --config "$kb"; }
 # every GPU test in one background run: test_compile's first, in a process where CUDA has not
 # started, then the rest (pytest's own summary lines say what passed, failed or was skipped)
+# (BG_TESTS: those pytest paths only, e.g. beside a background audit, whose GPU lock and scratch
+# ledger they share)
 gpu_tests() {
+  if [ -n "${BG_TESTS:-}" ]; then
+    # shellcheck disable=SC2086  # the paths: words on purpose
+    python3 -m pytest -m gpu -p no:cacheprovider -rA --durations=20 $BG_TESTS
+    return
+  fi
   python3 -m pytest -m gpu -p no:cacheprovider -rA --durations=20 tests/test_compile.py
   local first=$?
   python3 -m pytest -m gpu -p no:cacheprovider -rA --durations=20 --ignore=tests/test_compile.py tests

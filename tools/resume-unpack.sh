@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Unpack a resume archive (tools/resume-pack.sh) into the working tree, once per machine, and
-# give every file it holds one time: now.
+# Unpack a resume pack (tools/resume-pack.sh) into the working tree, once per machine, make the
+# KernelBench checkout its pin record names again from the carried .kb/KernelBench.git, and
+# give every file one time: now.
 #   usage: bash tools/resume-unpack.sh ARCHIVE MARKER
 # MARKER (a file outside the working tree) keeps the archive's checksum: a later call on the
 # same warm machine unpacks nothing, so the archive never overwrites what a run still going in
@@ -11,6 +12,7 @@
 # without this every source file a record depends on would be "newer", and a change to any of
 # them would redo every record of an earlier commit. With it, the resumed run redoes what its
 # params, its set of inputs or its software say, and the jobs whose outputs the pack left out.
+# The checkout is made with kbfuse's own pin_kernelbench (the project installed).
 set -euo pipefail
 usage="usage: bash tools/resume-unpack.sh ARCHIVE MARKER"
 archive=${1:?$usage}
@@ -20,9 +22,30 @@ if [ -f "$marker" ] && [ "$(cat "$marker")" = "$sum" ]; then
   echo "already unpacked on this machine: $archive"
   exit 0
 fi
-tar xzf "$archive"
-now=$(date +%s)
 entries=$(tar tzf "$archive")
+record=results/kernelbench/checkout.json
+if printf '%s\n' "$entries" | grep -qxF "$record"; then
+  [ -d .kb/KernelBench.git ] || { echo "no .kb/KernelBench.git to make $archive's KernelBench checkout from: carry .kb (tools/device-carry.sh)" >&2; exit 1; }
+fi
+tar xzf "$archive"
+if [ -f "$record" ] && [ ! -d results/kernelbench/checkout ]; then
+  pin=$(mktemp)
+  python3 - "$PWD/.kb/KernelBench.git" "$record" "$pin" <<'PY'
+import json, sys
+from pathlib import Path
+from kbfuse.tasks.kernelbench import pin_kernelbench
+
+url, record, pin = sys.argv[1], json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
+pin_kernelbench(  # its own pin record goes to a temporary file: the pack's stays
+    url=url, commit=record["commit"], level=record["level"],
+    tasks=[int(t) for t in record["tasks"]],
+    checkout="results/kernelbench/checkout", pin_json=pin,
+)
+PY
+  rm -f "$pin"
+  entries=$(printf '%s\n' "$entries"; find results/kernelbench/checkout)
+fi
+now=$(date +%s)
 printf '%s\n' "$entries" | tr '\n' '\0' | xargs -0 touch -h -d "@$now"
 echo "$sum" > "$marker"
 echo "unpacked $archive ($(printf '%s\n' "$entries" | wc -l) entries, their times set to now)"

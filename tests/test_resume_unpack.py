@@ -154,9 +154,9 @@ def test_the_checkout_is_made_again_at_the_pin_with_the_packs_time(pinned_pack, 
     checkout = work / "results" / "kernelbench" / "checkout"
     task = checkout / record["tasks"]["53"]["path"]
     assert task.is_file()
-    assert subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout.strip() == record["commit"]
+    git_head = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
+    head = subprocess.run(git_head, capture_output=True, text=True).stdout.strip()
+    assert head == record["commit"]
     # the pack's record is kept as it was, and every file has the unpacking's one time
     pinned = work / "results" / "kernelbench" / "checkout.json"
     assert json.loads(pinned.read_text()) == record

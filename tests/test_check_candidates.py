@@ -79,6 +79,8 @@ def test_the_pinned_tasks_scratch_disk_is_reserved(tmp_path, monkeypatch):
     sizes = diskbudget.TaskBytes(inputs=16 * 32 * 4, output=16 * 64 * 4)
     assert record["scratch"]["estimated_bytes"] == diskbudget.scratch_need(sizes, 5)
     assert 0 <= record["scratch"]["waited_s"] < 5
+    tmp = diskbudget.filesystem_type(Path(tempfile.gettempdir())) or None
+    assert record["scratch"]["filesystem"] == tmp
     assert list((tmp_path / diskbudget.LEDGER).glob("*.json")) == []
 
 
@@ -106,6 +108,7 @@ def test_a_check_goes_to_the_memory_filesystem_when_the_disk_is_full(tmp_path, m
     try:
         assert kept.parent == shm and kept.name.startswith("kbfuse-check-")
         assert record["verdict"] == "pass" and record["failed_checks"] == []
+        assert record["scratch"]["filesystem"] == "tmpfs"  # the verdict says where they lay
         assert sorted(p.name for p in kept.iterdir()) == ["candidate", "reference"]
         assert any((kept / "candidate" / "out").iterdir())  # the candidate's cases were written
     finally:
@@ -159,7 +162,8 @@ def test_a_correct_candidate_passes_bit_for_bit(verdicts):
     assert cases["official_0"]["numel"] == 16 * 64
     # a task file given without a pinned commit is never imported by the checker: no estimate
     # of its scratch disk (test_the_pinned_tasks_scratch_disk_is_reserved)
-    assert record["scratch"] == {"estimated_bytes": None, "waited_s": 0.0}
+    tmp = diskbudget.filesystem_type(Path(tempfile.gettempdir())) or None
+    assert record["scratch"] == {"estimated_bytes": None, "waited_s": 0.0, "filesystem": tmp}
     # where its wall time went: the reference's and candidate's processes ran, no witness
     # (no GPU), the comparison of every case
     phases = record["phases_s"]

@@ -284,6 +284,7 @@ def test_a_check_goes_to_the_first_root_it_fits_and_others_count_on_their_own(
     try:
         with diskbudget.reserve(10 * GB, [disk, memory], tmp_path, timeout_s=0.5) as held:
             assert held.folder.parent == memory and held.info["waited_s"] < 0.5
+            assert held.info["filesystem"] == diskbudget.filesystem_type(memory)
         other.kill()
         other.wait()
         # a reservation on the memory filesystem leaves the disk's room alone
@@ -362,7 +363,8 @@ def test_no_sizes_no_reservation(tmp_path):
     first.mkdir()
     second.mkdir()
     with diskbudget.reserve(None, [first, second], tmp_path, timeout_s=1) as held:
-        assert held.info == {"estimated_bytes": None, "waited_s": 0.0}
+        fs = diskbudget.filesystem_type(first) or None
+        assert held.info == {"estimated_bytes": None, "waited_s": 0.0, "filesystem": fs}
         assert held.folder.parent == first and held.folder.is_dir()
     assert not (tmp_path / diskbudget.LEDGER).exists()
     assert list(first.iterdir()) == []

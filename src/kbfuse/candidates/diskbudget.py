@@ -316,12 +316,14 @@ def reserve(
 ) -> Iterator[Held]:
     """Hold a reservation of `need` bytes in the first of `roots` where it fits (module
     docstring) and yield it with a new scratch folder there, removed afterwards unless `keep`;
-    its `info` is {"estimated_bytes", "waited_s"}. `need` None: no reservation, the folder in
-    the first root."""
-    info = {"estimated_bytes": need, "waited_s": 0.0}
+    its `info` is {"estimated_bytes", "waited_s", "filesystem"} (the type of the root's
+    filesystem, e.g. tmpfs: where the cases lay; None when unknown). `need` None: no
+    reservation, the folder in the first root."""
+    info = {"estimated_bytes": need, "waited_s": 0.0, "filesystem": None}
     guard = holder = held = own = None
     try:
         if need is None:
+            info["filesystem"] = filesystem_type(roots[0]) or None
             held = Held(_scratch_folder(roots[0]), info)
             yield held
             return
@@ -335,6 +337,7 @@ def reserve(
             try:
                 root = _place(need, roots, ledger, own)
                 if root is not None:
+                    info["filesystem"] = filesystem_type(root) or None
                     held = Held(_scratch_folder(root), info)
                     holder = open(own, "w")  # noqa: SIM115 - its flock marks the holder alive
                     fcntl.flock(holder, fcntl.LOCK_EX)

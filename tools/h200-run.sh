@@ -254,13 +254,14 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
   # scratch_mb: the room of those roots now (`kbfuse scratch`), shared out by each check's estimate;
   # AUDIT_SURVEY: a survey config item (e.g. 'survey={level: 3}'): the same Snakemake run also
   # makes `survey` with it, one DAG whose jobs share the GPU lock and the job slots, so that
-  # the survey's compiles fill the cores the checks leave idle (two runs in one working
-  # directory would lock each other out)
+  # the survey's jobs fill the slots the checks leave (two runs in one working directory would
+  # lock each other out); the audit's jobs go first (--prioritize audit)
   [ -n "${AUDIT_SCRATCH:-}" ] && export KBFUSE_SCRATCH="$AUDIT_SCRATCH"
   python3 -m kbfuse.workflow.cli scratch | tee -a "$OUT/phases.txt"
   scratch=$(python3 -m kbfuse.workflow.cli scratch --mb) || exit 1
   start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
-    ${AUDIT_SURVEY:+survey} results/env/fingerprint.json "${RESUME_TRIGGERS[@]}" \
+    ${AUDIT_SURVEY:+survey} results/env/fingerprint.json ${AUDIT_SURVEY:+--prioritize audit} \
+    "${RESUME_TRIGGERS[@]}" \
     --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$scratch" --config "$kb" \
     "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
     ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"} ${AUDIT_SURVEY:+"$AUDIT_SURVEY"}

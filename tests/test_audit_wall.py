@@ -41,9 +41,14 @@ def audit(tmp_path):
               "compare": 4.0}  # fmt: skip
     stages = {"build": 5.0, "alone_wait": 2.5, "timing": 1.5}
     quiet = {"events": samples(8, 4), "cold_l2": samples(20, 4), "graph": samples(12, 4)}
-    (mode / "l2_t1_aa.json").write_text(json.dumps(verdict("pass", phases, stages, quiet)))
+    in_memory = {"estimated_bytes": 61_844_619_264, "waited_s": 0.0, "filesystem": "tmpfs"}
+    first = {**verdict("pass", phases, stages, quiet), "scratch": in_memory}
+    (mode / "l2_t1_aa.json").write_text(json.dumps(first))
     slow = {k: v * 10 for k, v in phases.items()}
-    (mode / "l2_t2_bb.json").write_text(json.dumps(verdict("fail", slow, None, None)))
+    on_disk = {"estimated_bytes": 1_500_000_000, "waited_s": 3.0, "filesystem": "ext4"}
+    (mode / "l2_t2_bb.json").write_text(
+        json.dumps(verdict("fail", slow, None, None) | {"scratch": on_disk})
+    )
     # a verdict written before phases_s and stage_s existed counts, with no seconds
     (mode / "l2_t3_cc.json").write_text(json.dumps(verdict("fail", None, None, None)))
     # a check that did not start (too large for the scratch disk): counted, no seconds
@@ -63,6 +68,12 @@ def test_the_phases_and_stages_add_up_over_the_checks(audit):
     # the two-cycle events block, the cold block that ran its 20 rounds, the graph between
     assert report["blocks"] == {"cold_l2: all rounds": 1, "events: two cycles": 1,
                                 "graph: between": 1}  # fmt: skip
+    # where the cases lay: one check in memory, one on a disk, two that did not say
+    assert report["scratch"] == {
+        "ext4": {"checks": 1, "gb": 1.5},
+        "not recorded": {"checks": 2, "gb": 0.0},
+        "tmpfs": {"checks": 1, "gb": 61.84},
+    }
 
 
 def test_the_markdown_puts_the_slowest_check_first(audit):
@@ -70,7 +81,8 @@ def test_the_markdown_puts_the_slowest_check_first(audit):
     assert "4 checks (fail 2, not checked 1, pass 1)." in text
     assert "| compare | 44.0 |" in text and "| alone_wait | 2.5 |" in text
     slowest = text.split("Slowest 4 checks:")[1].splitlines()
-    assert slowest[4].startswith("| l2_t2_bb | fail | 10 | 20 | 100 | 30 | 40 |")
+    assert slowest[4].startswith("| l2_t2_bb | fail | 1.5 (ext4) | 10 | 20 | 100 | 30 | 40 |")
+    assert "| tmpfs | 1 | 61.8 |" in text and "| not recorded | 2 | 0.0 |" in text
 
 
 def test_block_end_reads_the_samples_per_implementation():

@@ -4,8 +4,10 @@ process's stages, per check and summed, and how many timing blocks the spread le
 Each verdict (kbfuse.candidates.check) records `phases_s` (scratch wait, reference, candidate,
 witness, compare: measured by the checker) and `stage_s` (build, correctness, baselines,
 alone_wait, guards, timing: reported by the candidate's process, so self-reported). A verdict
-without them (written before they existed) counts as a check with no phases. The run's wall
-time comes from a Snakemake run log when one is given. No GPU needed: it only reads files.
+without them (written before they existed) counts as a check with no phases. Its `scratch`
+says how many bytes its cases were estimated at and the type of filesystem they lay on
+(`tmpfs`: the machine's memory; "not recorded" before verdicts said). The run's wall time
+comes from a Snakemake run log when one is given. No GPU needed: it only reads files.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kbfuse.results.jobtimes import run_wall
 from kbfuse.results.records import parse_json, read_limited
 
 BLOCKS = ("events", "cold_l2", "graph")
+NOT_RECORDED = "not recorded"
 
 
 def _seconds(block: Any, names: tuple[str, ...]) -> dict[str, float]:
@@ -57,6 +60,8 @@ def check_row(path: Path) -> dict[str, Any]:
         raise KbfuseError(f"{path}: not a check verdict")
     settings = record.get("settings") if isinstance(record.get("settings"), dict) else {}
     rounds = (settings.get("timing") or {}).get("rounds")
+    scratch = record.get("scratch") if isinstance(record.get("scratch"), dict) else {}
+    estimated = scratch.get("estimated_bytes")
     return {
         "entry": path.stem,
         "numerics": path.parent.name,
@@ -65,7 +70,19 @@ def check_row(path: Path) -> dict[str, Any]:
         "phases_s": _seconds(record.get("phases_s"), PHASES),
         "stage_s": _seconds(record.get("stage_s"), STAGES),
         "blocks": {block: block_end(record.get("timing"), block, rounds) for block in BLOCKS},
+        "scratch_gb": round(estimated / 1e9, 2) if isinstance(estimated, int) else 0.0,
+        "scratch_filesystem": scratch.get("filesystem") or NOT_RECORDED,
     }
+
+
+def by_filesystem(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Checks and their estimated scratch GB per filesystem type their cases lay on."""
+    table: dict[str, dict[str, float]] = {}
+    for row in rows:
+        entry = table.setdefault(row["scratch_filesystem"], {"checks": 0, "gb": 0.0})
+        entry["checks"] += 1
+        entry["gb"] = round(entry["gb"] + row["scratch_gb"], 2)
+    return dict(sorted(table.items()))
 
 
 def audit_wall(audit: str | Path, snakemake_log=None) -> dict[str, Any]:
@@ -91,6 +108,7 @@ def audit_wall(audit: str | Path, snakemake_log=None) -> dict[str, Any]:
         "phases_s": {p: round(sum(r["phases_s"].get(p, 0.0) for r in rows), 1) for p in PHASES},
         "stage_s": {s: round(sum(r["stage_s"].get(s, 0.0) for r in rows), 1) for s in STAGES},
         "blocks": {f"{block}: {how}": n for (block, how), n in sorted(ended.items())},
+        "scratch": by_filesystem(rows),
         "run_wall_s": sum(run_wall(Path(p)) for p in snakemake_log) if snakemake_log else None,
         "rows": rows,
     }
@@ -110,10 +128,17 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
     lines += [f"| {name} | {value:.1f} |" for name, value in report["stage_s"].items()]
     lines += ["", "| timing block: how it ended | blocks |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in report["blocks"].items()]
+    lines += ["", "| scratch filesystem | checks | GB estimated |", "|---|---|---|"]
+    lines += [
+        f"| {name} | {entry['checks']} | {entry['gb']:.1f} |"
+        for name, entry in report["scratch"].items()
+    ]
     walls = sorted(report["rows"], key=lambda r: -sum(r["phases_s"].values()))[:slowest]
     lines += ["", f"Slowest {len(walls)} checks:", ""]
-    lines += ["| entry | verdict | " + " | ".join(PHASES) + " |", "|---" * (2 + len(PHASES)) + "|"]
+    head = "| entry | verdict | scratch GB | " + " | ".join(PHASES) + " |"
+    lines += [head, "|---" * (3 + len(PHASES)) + "|"]
     for row in walls:
         cells = [f"{row['phases_s'].get(p, 0.0):.0f}" for p in PHASES]
-        lines.append(f"| {row['entry']} | {row['verdict']} | " + " | ".join(cells) + " |")
+        where = f"{row['scratch_gb']:.1f} ({row['scratch_filesystem']})"
+        lines.append(f"| {row['entry']} | {row['verdict']} | {where} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

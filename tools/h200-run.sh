@@ -252,19 +252,31 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
   # /dev/shm:/tmp, the machine's memory first (faster, and room for one of the largest tasks
   # beside one on the disk: kbfuse.candidates.diskbudget keeps memory for the processes);
   # scratch_mb: the room of those roots now (`kbfuse scratch`), shared out by each check's estimate;
-  # AUDIT_SURVEY: a survey config item (e.g. 'survey={level: 3}'): the same Snakemake run also
-  # makes `survey` with it, one DAG whose jobs share the GPU lock and the job slots, so that
-  # the survey's jobs fill the slots the checks leave (two runs in one working directory would
-  # lock each other out); the audit's jobs go first (--prioritize audit)
+  # AUDIT_THEN_SURVEY: a survey config item (e.g. 'survey={level: 3}'): the same background job
+  # runs `snakemake survey` with it as soon as the audit's run ends, without waiting for the
+  # next call (not beside it: a survey's compiles and max-autotune would take the memory a
+  # check's scratch in /dev/shm was granted by, and two Snakemake runs in one working
+  # directory lock each other out)
   [ -n "${AUDIT_SCRATCH:-}" ] && export KBFUSE_SCRATCH="$AUDIT_SCRATCH"
   python3 -m kbfuse.workflow.cli scratch | tee -a "$OUT/phases.txt"
-  scratch=$(python3 -m kbfuse.workflow.cli scratch --mb) || exit 1
-  start_bg audit python3 -m snakemake --cores "$(nproc)" --keep-going audit \
-    ${AUDIT_SURVEY:+survey} results/env/fingerprint.json ${AUDIT_SURVEY:+--prioritize audit} \
-    "${RESUME_TRIGGERS[@]}" \
-    --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$scratch" --config "$kb" \
-    "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
-    ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"} ${AUDIT_SURVEY:+"$AUDIT_SURVEY"}
+  audit_scratch_mb=$(python3 -m kbfuse.workflow.cli scratch --mb) || exit 1
+  export audit_scratch_mb
+  audit_run() {  # in start_bg's own bash: exported names only
+    # shellcheck disable=SC2086  # resume_triggers: words on purpose
+    python3 -m snakemake --cores "$(nproc)" --keep-going audit results/env/fingerprint.json \
+      $resume_triggers \
+      --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$audit_scratch_mb" --config "$kb" \
+      "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
+      ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"}
+    local audited=$?
+    [ -z "${AUDIT_THEN_SURVEY:-}" ] && return $audited
+    echo "== $(date -u +%FT%TZ) audit (rc $audited), then the survey: $AUDIT_THEN_SURVEY"
+    survey_once "$AUDIT_THEN_SURVEY"
+    local surveyed=$?
+    return $(( audited || surveyed ))
+  }
+  export -f audit_run
+  start_bg audit audit_run
 fi
 if has bg-fused2; then
   mkdir -p /tmp/fused2-caches

@@ -447,3 +447,23 @@ def test_the_summary_uses_the_checkouts_floors_the_fingerprints_bandwidth_and_th
     assert list(where["task"]) == [53]
     assert len(seen) == 1 and list(seen[0]["task"]) == [53]
     assert list(seen[0].columns) == headroom.WHERE_COLUMNS
+
+
+def test_the_summary_takes_floors_from_the_floor_records_when_given(tmp_path, monkeypatch):
+    read = []
+
+    def read_record(path, kind):
+        read.append((str(path), kind))
+        return {"task": 53, "level": 2, "sha256": "0" * 64, "semantics": "kernelbench"} | {
+            "floor": FLOOR,
+            "problem": None,
+        }
+
+    monkeypatch.setattr(records, "read_record", read_record)
+    paths = write_records(tmp_path / "results", [record()])
+    out = tmp_path / "summary"
+    s.write_survey_summary(paths, None, out, floor_files=["floors/53.json"])
+    assert read == [("floors/53.json", "survey_floor")]
+    main = pd.read_csv(out / "survey_strict.csv")
+    assert main.loc[0, "floor_bytes"] == 40_000_000
+    assert main.loc[0, "notes"] == "no floor_ms: no copy bandwidth (no env fingerprint)"

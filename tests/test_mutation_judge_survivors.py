@@ -25,6 +25,7 @@ from test_mutation_check import (
     Children,
     RecordingLock,
     _scratch,
+    judge,
     same,
 )
 
@@ -35,22 +36,14 @@ from kbfuse.errors import KbfuseError
 
 @pytest.fixture
 def children(monkeypatch):
+    """test_mutation_check's children (its `judge` runs them), installed as check.run_child."""
+
     def install(**kwargs) -> Children:
         fake = Children(**kwargs)
         monkeypatch.setattr(check, "run_child", fake)
         return fake
 
     return install
-
-
-def judge(tmp_path, settings=None, **kwargs) -> dict:
-    candidate = tmp_path / "mine.py"
-    candidate.write_text("# kbfuse-task: 2/53\n")
-    given = {**SETTINGS, "unsandboxed": True, **(settings or {})}
-    return check.check_candidate(
-        candidate, 2, 53, TASK53, tmp_path / "out" / "mine.json", CONTRACT, given, device="cpu",
-        **kwargs,
-    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the contract

@@ -42,7 +42,8 @@ def audit(tmp_path):
     stages = {"build": 5.0, "alone_wait": 2.5, "timing": 1.5}
     quiet = {"events": samples(8, 4), "cold_l2": samples(20, 4), "graph": samples(12, 4)}
     in_memory = {"estimated_bytes": 61_844_619_264, "waited_s": 0.0, "filesystem": "tmpfs"}
-    first = {**verdict("pass", phases, stages, quiet), "scratch": in_memory}
+    waits = {"reference": 0.5, "candidate": 2.5, "witness": 0.0, "compare": 1.0}
+    first = {**verdict("pass", phases, stages, quiet), "scratch": in_memory, "lock_wait_s": waits}
     (mode / "l2_t1_aa.json").write_text(json.dumps(first))
     slow = {k: v * 10 for k, v in phases.items()}
     on_disk = {"estimated_bytes": 1_500_000_000, "waited_s": 3.0, "filesystem": "ext4"}
@@ -64,6 +65,10 @@ def test_the_phases_and_stages_add_up_over_the_checks(audit):
     assert report["phases_s"] == {"scratch_wait": 11.0, "reference": 22.0, "candidate": 110.0,
                                   "witness": 33.0, "compare": 44.0}  # fmt: skip
     assert report["stage_s"]["build"] == 5.0 and report["stage_s"]["guards"] == 0.0
+    # only the first check records its waits for the GPU lock (the others predate them)
+    assert report["lock_wait_s"] == {"reference": 0.5, "candidate": 2.5, "witness": 0.0,
+                                     "compare": 1.0}  # fmt: skip
+    assert report["lock_wait_checks"] == 1
     assert report["run_wall_s"] is None
     # the two-cycle events block, the cold block that ran its 20 rounds, the graph between
     assert report["blocks"] == {"cold_l2: all rounds": 1, "events: two cycles": 1,
@@ -79,7 +84,9 @@ def test_the_phases_and_stages_add_up_over_the_checks(audit):
 def test_the_markdown_puts_the_slowest_check_first(audit):
     text = report_markdown(audit_wall(audit))
     assert "4 checks (fail 2, not checked 1, pass 1)." in text
-    assert "| compare | 44.0 |" in text and "| alone_wait | 2.5 |" in text
+    assert "| compare | 44.0 | 1.0 |" in text and "| alone_wait | 2.5 |" in text
+    assert "| scratch_wait | 11.0 |  |" in text
+    assert "of which waiting for the GPU lock (1 of 4 checks record it) |" in text
     slowest = text.split("Slowest 4 checks:")[1].splitlines()
     assert slowest[4].startswith("| l2_t2_bb | fail | 1.5 (ext4) | 10 | 20 | 100 | 30 | 40 |")
     assert "| tmpfs | 1 | 61.8 |" in text and "| not recorded | 2 | 0.0 |" in text

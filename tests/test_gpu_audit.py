@@ -113,6 +113,10 @@ def test_each_candidate_has_its_verdict_and_outcome(audited):
             assert record["sandbox"]["used"] == "bwrap" and record["task"]["commit"] == PIN
             assert record["environment"]["device"] == "cuda"
             assert record["settings"]["numerics"] == mode
+            # the audit's jobs hold the GPU lock; each step's wait for it is part of its time
+            waits, phases = record["lock_wait_s"], record["phases_s"]
+            assert set(waits) == {"reference", "candidate", "witness", "compare"}
+            assert all(0 <= waits[step] <= phases[step] for step in waits)
     # strict FP32 on both sides: the fused tail is still right, the side stream still seen
     assert own["strict_verdict"] == "pass"
     assert side["strict_outcome"] == "fails: side stream"

@@ -9,9 +9,13 @@ children run in tests/test_check_candidates.py and tests/test_check_hostile.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
+import threading
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -77,7 +81,11 @@ class Children:
         out = Path(request["out"])
         out.mkdir(parents=True, exist_ok=True)
         if role == "reference":  # on the CPU, whatever device the parent names
-            reference.run_reference({**request, "device": "cpu"}, out)
+            run = functools.partial(reference.run_reference, {**request, "device": "cpu"}, out)
+            if handoff is None:
+                run()
+            else:
+                _with_turns(handoff, run)
         elif role == "candidate":
             self._candidate(request, out)
         elif self.witness is not None:
@@ -100,6 +108,27 @@ class Children:
                     torch.save(value, outputs / f"{case['name']}.pt")
         if self.report is not None:
             (out / "runner.json").write_text(json.dumps(self.report))
+
+
+def _with_turns(turns, work) -> None:
+    """What run_child does for a child with sandbox.Turns: ask `waiting()` while it works."""
+    turns.start()
+    failed = []
+
+    def target():
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    while thread.is_alive():
+        turns.waiting()
+        time.sleep(0.001)
+    turns.close()
+    if failed:
+        raise failed[0]
 
 
 def same(value, name):
@@ -139,6 +168,14 @@ def test_a_candidate_that_returns_the_reference_passes(tmp_path, children):
     assert json.loads((tmp_path / "out" / "mine.json").read_text()) == record
     assert record["speedup"]["wall"]["over_eager"]["median"] == 2.0
     assert record["processes"]["candidate"]["log_tail"] == "candidate log"
+    assert "lock_wait_s" not in record  # no GPU lock, no waits for it
+
+
+def test_the_waits_for_the_lock_are_read_from_its_count():
+    assert check.lock_waited(None) is None
+    assert check.lock_waited(types.SimpleNamespace(waited_s=2)) == 2.0
+    assert check.lock_waited(types.SimpleNamespace(waited_s="2")) is None
+    assert check.lock_waited(types.SimpleNamespace()) is None
 
 
 def test_the_parent_plans_the_cases_and_the_candidate_is_asked_for_them(tmp_path, children):
@@ -617,11 +654,13 @@ def test_a_reference_larger_than_the_memory_limit_is_refused(tmp_path, children,
     children(change=same)
     original = check.evidence.compare_all
 
-    def spy(cases, reference, candidate, tolerance, reference_limit, expected, skipped, device):
+    def spy(cases, reference, candidate, tolerance, reference_limit, expected, skipped, device,
+            hold):  # fmt: skip
         spy.limit = reference_limit
         return original(
-            cases, reference, candidate, tolerance, reference_limit, expected, skipped, device
-        )
+            cases, reference, candidate, tolerance, reference_limit, expected, skipped, device,
+            hold,
+        )  # fmt: skip
 
     monkeypatch.setattr(check.evidence, "compare_all", spy)
     judge(tmp_path, {"memory_limit_mb": 300})
@@ -645,16 +684,21 @@ def test_with_a_gpu_lock_the_candidate_gets_the_handoff_and_the_reference_shares
             return check.contextlib.nullcontext()
 
     fake = children(change=same)
-    judge(tmp_path, lock=Lock())
-    # the reference, then the comparison; the candidate's hold is its Handoff's
-    assert held == ["shared", "shared"]
-    cand = fake.calls[1]
+    lock = Lock()
+    judge(tmp_path, lock=lock)
+    # the reference's turns (its 4 cases and the trivial outputs), then the comparison of
+    # each of the 4 cases and the output after timing; the candidate's holds are its Handoff's
+    assert held == ["shared"] * 10
+    ref, cand = fake.calls
+    assert isinstance(ref["handoff"], check.Turns) and ref["handoff"].lock is lock
+    assert ref["request"]["turns"] == {"folder": str(ref["view"].folder)}
     folder = cand["view"].folder
     assert cand["request"]["handoff"] == {
         "request": str(folder / "alone.request"),
         "granted": str(folder / "alone.granted"),
     }
     assert tmp_path / "locks" in cand["view"].hidden
+    assert tmp_path / "locks" in ref["view"].hidden
 
 
 def test_on_a_gpu_every_child_is_shown_the_device(tmp_path, monkeypatch):
@@ -679,7 +723,8 @@ def test_the_candidate_and_task_files_are_copied_where_the_request_says(tmp_path
     assert cand["copied"] == {"candidate": "# kbfuse-task: 2/53\n", "task_file": TASK53.read_text()}
     assert ref["copied"] == {"task_file": TASK53.read_text()}
     assert cand["request"]["device"] == "cpu" and ref["request"]["device"] == "cpu"
-    assert cand["handoff"] is None
+    assert cand["handoff"] is None and ref["handoff"] is None
+    assert ref["request"]["turns"] is None
 
 
 def test_a_lock_is_held_for_the_candidate_through_its_handoff(tmp_path, children):

@@ -641,7 +641,8 @@ def test_on_a_gpu_with_a_lock_the_witness_measures_under_it(tmp_path, monkeypatc
 
     def child(role, request_path, *args, **kwargs):
         request = json.loads(Path(request_path).read_text())
-        held.append((role, bool(request.get("build_only")), lock.held))
+        handoff = args[-1] if len(args) == 6 else kwargs.get("handoff")
+        held.append((role, bool(request.get("build_only")), lock.held, type(handoff).__name__))
         return fake(role, request_path, *args, **kwargs)
 
     monkeypatch.setattr(check, "run_child", child)
@@ -653,10 +654,10 @@ def test_on_a_gpu_with_a_lock_the_witness_measures_under_it(tmp_path, monkeypatc
         lock=lock,
     )  # fmt: skip
     assert held == [
-        ("reference", False, True),
-        ("candidate", False, False),  # its hold is its Handoff's
-        ("witness", True, False),  # kbfuse's own build: outside the lock
-        ("witness", False, True),
+        ("reference", False, False, "Turns"),  # its holds are its turns'
+        ("candidate", False, False, "Handoff"),  # its hold is its Handoff's
+        ("witness", True, False, "NoneType"),  # kbfuse's own build: outside the lock
+        ("witness", False, True, "NoneType"),
     ]
     assert record["contract"]["witness"] == measured
     assert len(devices) == 5 and set(devices) == {"cuda"}
@@ -691,12 +692,14 @@ def test_tensors_are_loaded_onto_the_cpu_with_weights_only(tmp_path, monkeypatch
     asked, original = [], torch.load
 
     def load(file, **kwargs):
-        asked.append(kwargs)
+        asked.append((os.stat(file).st_ino, kwargs))
         return original(file, **kwargs)
 
     monkeypatch.setattr(torch, "load", load)
     assert torch.equal(readback.load_tensors(folder / "t.pt", folder, 10_000), torch.ones(2))
-    assert asked == [{"weights_only": True, "map_location": "cpu"}]
+    # the checked file itself (through its descriptor), mapped
+    inode = (folder / "t.pt").stat().st_ino
+    assert asked == [(inode, {"mmap": True, "weights_only": True, "map_location": "cpu"})]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -213,6 +214,44 @@ def test_tensors_are_loaded_only_from_the_childs_folder_within_the_limit(tmp_pat
     broken.write_bytes(_archive({"archive/data.pkl": b"not a pickle"}))
     with pytest.raises(KbfuseError, match=r"broken\.pt cannot be loaded: \w+: "):
         readback.load_tensors(broken, folder, 10_000)
+
+
+def _mapped_spans(inode: int) -> list[tuple[int, int]]:
+    """The address ranges of this process mapped from the file with this inode."""
+    spans = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[4] == str(inode):
+            low, high = fields[0].split("-")
+            spans.append((int(low, 16), int(high, 16)))
+    return spans
+
+
+def test_a_tensor_file_is_mapped_not_copied(tmp_path):
+    folder = tmp_path / "child"
+    folder.mkdir()
+    path = folder / "x.pt"
+    torch.save(torch.arange(4096, dtype=torch.float32), path)
+    value = readback.load_tensors(path, folder, 1 << 20)
+    assert torch.equal(value, torch.arange(4096, dtype=torch.float32))
+    spans = _mapped_spans(path.stat().st_ino)
+    assert any(low <= value.data_ptr() < high for low, high in spans)
+
+
+def test_a_storage_reaching_past_the_files_end_is_refused(tmp_path):
+    folder = tmp_path / "child"
+    folder.mkdir()
+    buffer = io.BytesIO()
+    torch.save(torch.arange(1000, dtype=torch.float32), buffer)
+    source = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+    members = {m.filename: source.read(m.filename) for m in source.infolist()}
+    # the data record last and cut short: its pickle still declares 4000 bytes
+    data = next(name for name in members if name.endswith("/data/0"))
+    short = {name: value for name, value in members.items() if name != data}
+    short[data] = members[data][:40]
+    (folder / "short.pt").write_bytes(_archive(short))
+    with pytest.raises(KbfuseError, match=r"short\.pt cannot be loaded: RuntimeError: "):
+        readback.load_tensors(folder / "short.pt", folder, 1 << 20)
 
 
 def test_a_childs_json_or_why_not(tmp_path):

@@ -103,12 +103,7 @@ def read_bytes(
 ) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (see the module docstring);
     `within`: the file must lie in that folder with no linked folder on the way."""
-    if within is not None:
-        no_link_below(within, path)
-    st = regular_file(path, follow=follow)
-    if st.st_size > limit:
-        raise KbfuseError(f"{path} is {st.st_size} bytes, over the {limit}-byte limit")
-    fd = _open_regular(path, follow)
+    fd = open_bounded(path, limit, follow=follow, within=within)
     try:
         chunks, size = [], 0
         while size <= limit:
@@ -122,6 +117,19 @@ def read_bytes(
     if size > limit:
         raise KbfuseError(f"{path} grew over the {limit}-byte limit while it was read; not read")
     return b"".join(chunks)
+
+
+def open_bounded(
+    path: str | os.PathLike, limit: int, *, follow: bool = False, within: Path | None = None
+) -> int:
+    """A read-only descriptor of a regular file of at most `limit` bytes, checked as
+    `read_bytes` checks it before reading (the caller closes it)."""
+    if within is not None:
+        no_link_below(within, path)
+    st = regular_file(path, follow=follow)
+    if st.st_size > limit:
+        raise KbfuseError(f"{path} is {st.st_size} bytes, over the {limit}-byte limit")
+    return _open_regular(path, follow)
 
 
 def read_head(path: str | os.PathLike, size: int, *, follow: bool = False) -> bytes:

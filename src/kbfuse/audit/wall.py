@@ -2,9 +2,11 @@
 process's stages, per check and summed, and how many timing blocks the spread let stop early.
 
 Each verdict (kbfuse.candidates.check) records `phases_s` (scratch wait, reference, candidate,
-witness, compare: measured by the checker) and `stage_s` (build, correctness, baselines,
-alone_wait, guards, timing: reported by the candidate's process, so self-reported). A verdict
-without them (written before they existed) counts as a check with no phases. Its `scratch`
+witness, compare: measured by the checker), of those the seconds the checker waited for the
+GPU lock (`lock_wait_s`, since session 25 of docs/device-runs.md) and `stage_s` (build,
+correctness, baselines, alone_wait, guards, timing: reported by the candidate's process, so
+self-reported). A verdict without them (written before they existed) counts as a check with
+no phases, or no lock waits. Its `scratch`
 says how many bytes its cases were estimated at and the type of filesystem they lay on
 (`tmpfs`: the machine's memory; "not recorded" before verdicts said). The run's wall time
 comes from a Snakemake run log when one is given. No GPU needed: it only reads files.
@@ -68,6 +70,7 @@ def check_row(path: Path) -> dict[str, Any]:
         "verdict": record["verdict"],
         "failed_checks": list(record.get("failed_checks") or []),
         "phases_s": _seconds(record.get("phases_s"), PHASES),
+        "lock_wait_s": _seconds(record.get("lock_wait_s"), PHASES),
         "stage_s": _seconds(record.get("stage_s"), STAGES),
         "blocks": {block: block_end(record.get("timing"), block, rounds) for block in BLOCKS},
         "scratch_gb": round(estimated / 1e9, 2) if isinstance(estimated, int) else 0.0,
@@ -106,6 +109,12 @@ def audit_wall(audit: str | Path, snakemake_log=None) -> dict[str, Any]:
         "checks": len(rows),
         "verdicts": dict(sorted(Counter(row["verdict"] for row in rows).items())),
         "phases_s": {p: round(sum(r["phases_s"].get(p, 0.0) for r in rows), 1) for p in PHASES},
+        "lock_wait_s": {
+            p: round(sum(r["lock_wait_s"].get(p, 0.0) for r in rows), 1)
+            for p in PHASES
+            if any(p in r["lock_wait_s"] for r in rows)
+        },
+        "lock_wait_checks": sum(1 for r in rows if r["lock_wait_s"]),
         "stage_s": {s: round(sum(r["stage_s"].get(s, 0.0) for r in rows), 1) for s in STAGES},
         "blocks": {f"{block}: {how}": n for (block, how), n in sorted(ended.items())},
         "scratch": by_filesystem(rows),
@@ -122,8 +131,17 @@ def report_markdown(report: dict[str, Any], slowest: int = 10) -> str:
         f"{report['checks']} checks ({counted})"
         + (f" in {wall:.0f} s of Snakemake wall time." if wall is not None else ".")
     )
-    lines += ["", "| phase (the checker's) | seconds, summed |", "|---|---|"]
-    lines += [f"| {name} | {value:.1f} |" for name, value in report["phases_s"].items()]
+    waits, recorded = report["lock_wait_s"], report["lock_wait_checks"]
+    lines += [
+        "",
+        f"| phase (the checker's) | seconds, summed | of which waiting for the GPU lock "
+        f"({recorded} of {report['checks']} checks record it) |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {value:.1f} | " + (f"{waits[name]:.1f}" if name in waits else "") + " |"
+        for name, value in report["phases_s"].items()
+    ]
     lines += ["", "| candidate stage (self-reported) | seconds, summed |", "|---|---|"]
     lines += [f"| {name} | {value:.1f} |" for name, value in report["stage_s"].items()]
     lines += ["", "| timing block: how it ended | blocks |", "|---|---|"]

@@ -15,13 +15,15 @@ The parent (this process) never imports the candidate. It
   4. on a GPU, runs the `witness` child on the flags the candidate reports it built with;
   5. once every process of a child is gone, reads what it left within bounds (readback),
      compares every planned case with the reference on the check's device (evidence; with
-     a GPU lock, held shared) and the digests of the inputs both drew, decides (verdict),
+     a GPU lock, held shared for each case's comparison) and the digests of the inputs both
+     drew, decides (verdict),
      validates
      the record against its schema and writes it, once and atomically, with the children's
      logs beside it. No child ever sees the verdict folder, the log folder or the scratch
      folders of the others.
 With a GPU lock (kbfuse.workflow.gpulock), the reference and the witness share the device with
-other jobs, and so does the candidate while it builds, runs its cases and builds its
+other jobs (the reference for each case's device work only, sandbox.Turns: it writes its cases
+holding nothing), and so does the candidate while it builds, runs its cases and builds its
 baselines; for its guards and timing it has the device alone (sandbox.Handoff: the wait is
 not counted against its time limit, and its processes are stopped while the parent waits).
 Before step 2 the check reserves the scratch disk its cases will take, in the first of the
@@ -46,7 +48,7 @@ from pathlib import Path
 
 from kbfuse.candidates import bwrap, diskbudget, evidence, readback, verdict
 from kbfuse.candidates.reference import build_cases
-from kbfuse.candidates.sandbox import Handoff, Limits, run_child
+from kbfuse.candidates.sandbox import Handoff, Limits, Turns, run_child
 from kbfuse.candidates.spec import CANDIDATE_BYTES, check_settings
 from kbfuse.candidates.witness import extension_name
 from kbfuse.errors import KbfuseError
@@ -225,10 +227,15 @@ def _reference_cases(planned: list[dict], out: Path, folder: Path) -> list[dict]
     return merged
 
 
-def run_reference(task_file: Path, settings: dict, contract: dict, scratch: Scratch, planned, log):
+def run_reference(
+    task_file: Path, settings: dict, contract: dict, scratch: Scratch, planned, log, lock=None
+):
+    """The reference's run; with a GPU lock, held shared for each of its turns on the device
+    (sandbox.Turns), not while it writes its cases."""
     folder = scratch.root / "reference"
     folder.mkdir()
     shutil.copyfile(task_file, folder / "task.py")
+    turns = None if lock is None else Turns(lock, folder)
     request = {
         "task_file": str(folder / "task.py"),
         "device": scratch.device,
@@ -236,8 +243,9 @@ def run_reference(task_file: Path, settings: dict, contract: dict, scratch: Scra
         "seeds": settings["seeds"],
         "distributions": settings["distributions"],
         "numerics": settings["numerics"],
+        "turns": None if turns is None else turns.paths(),
     }
-    outcome = scratch.child("reference", request, log)
+    outcome = scratch.child("reference", request, log, handoff=turns)
     out = folder / "out"
     try:
         if outcome.status != "exited" or outcome.returncode != 0:
@@ -301,20 +309,30 @@ def run_witness(settings, runner: dict, scratch: Scratch, log, lock):
     return (witness if valid else None), outcome
 
 
+def lock_waited(lock) -> float | None:
+    """The seconds this process has waited for `lock` so far (gpulock.GpuLock.waited_s);
+    None without a lock or for one that does not count."""
+    waited = getattr(lock, "waited_s", None)
+    return float(waited) if isinstance(waited, (int, float)) else None
+
+
 def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dict, lock=None):
     """Run the reference, candidate and witness children; compare every planned case."""
     planned = plan(settings, contract)
     phases, started = {}, time.monotonic()
+    waits, waited = {}, lock_waited(lock)
 
     def lap(phase: str) -> None:  # where a check's wall time goes (the verdict's phases_s)
-        nonlocal started
+        nonlocal started, waited
         phases[phase] = round(time.monotonic() - started, 3)
         started = time.monotonic()
+        if waited is not None:  # and how much of it was the wait for the GPU lock
+            now = lock_waited(lock)
+            waits[phase], waited = round(now - waited, 3), now
 
-    with _holding(lock, "shared"):
-        cases, info, reference = run_reference(
-            task_file, settings, contract, scratch, planned, logs["reference"]
-        )
+    cases, info, reference = run_reference(
+        task_file, settings, contract, scratch, planned, logs["reference"], lock
+    )
     lap("reference")
     outcome, folder = run_candidate(
         candidate, task_file, settings, contract, cases, scratch, logs["candidate"], lock
@@ -325,22 +343,22 @@ def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dic
     lap("witness")
     finished = outcome.status == "exited" and outcome.returncode == 0
     expected = finished and report_problem is None and runner.get("failure") is None
-    with _holding(lock, "shared"):  # compared on the device, beside other jobs' builds
-        correctness = evidence.compare_all(
-            cases,
-            reference,
-            folder,
-            contract,
-            settings["memory_limit_mb"] << 20,
-            expected,
-            runner.get("skipped_cases"),
-            scratch.device,
-        )
+    correctness = evidence.compare_all(
+        cases,
+        reference,
+        folder,
+        contract,
+        settings["memory_limit_mb"] << 20,
+        expected,
+        runner.get("skipped_cases"),
+        scratch.device,
+        hold=functools.partial(_holding, lock, "shared"),  # on the device, beside others' builds
+    )
     correctness["inputs_differ"] = evidence.inputs_differ(info, runner, correctness)
     lap("compare")
     return evidence.Evidence(
         info, cases, outcome, runner, report_problem, witness, witness_outcome, correctness,
-        phases,
+        phases, waits,
     )  # fmt: skip
 
 
@@ -430,6 +448,8 @@ def check_candidate(
     )
     record["scratch"] = held.info
     record["phases_s"] = {"scratch_wait": held.info["waited_s"], **found.phases_s}
+    if found.lock_wait_s:
+        record["lock_wait_s"] = found.lock_wait_s
     verdict.validate(record, f"verdict of {candidate}")
     write_json(out, record)
     return record

@@ -1,7 +1,7 @@
 """What the child processes' roles (kbfuse.candidates.child) share: importing a Python file as a
 fresh module, KernelBench's seeding, moving inputs to the device, the digest of a case's
 inputs, tensors and JSON in and out (tensors written with `torch.save` and read back with
-`weights_only=True`), and the record of an exception.
+`weights_only=True`), the record of an exception, and a trusted child's turns on the GPU.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -122,3 +123,34 @@ def error_record(exc: BaseException, stage: str) -> dict:
         "message": (message[0] if message else "")[:500],
         "traceback": traceback.format_exc()[-3000:],
     }
+
+
+class GpuTurns:
+    """The child's side of kbfuse.candidates.sandbox.Turns: `with turns.turn():` around each
+    piece of device work asks the parent for the GPU lock (shared), waits until it holds it,
+    and when the work is done synchronizes the device and gives the turn back. `spec`: the
+    request's `turns` (None: no lock, every turn at once)."""
+
+    def __init__(self, spec: dict | None, device: str):
+        self.folder = Path(spec["folder"]) if spec else None
+        self.device = device
+        self.count = 0
+
+    def _file(self, what: str) -> Path:
+        return self.folder / f"gpu.{self.count}.{what}"
+
+    @contextlib.contextmanager
+    def turn(self):
+        if self.folder is None:
+            yield
+            return
+        self._file("ask").touch()
+        while not self._file("held").exists():
+            time.sleep(0.005)
+        yield
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()  # nothing of this turn still running on the device
+        self._file("done").touch()
+        self.count += 1

@@ -19,6 +19,7 @@ Who says what (docs/check.md):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -68,6 +69,8 @@ class Evidence:
     correctness: dict
     # wall seconds of each step of the parent: reference, candidate, witness, compare
     phases_s: dict = field(default_factory=dict)
+    # of those, the seconds waited for the GPU lock ({} without a lock that counts them)
+    lock_wait_s: dict = field(default_factory=dict)
 
 
 def read_report(path: Path, folder: Path) -> tuple[dict, str | None]:
@@ -136,10 +139,11 @@ def output_limit(ref_out: Path, cases: list[dict]) -> int:
 
 
 def _compare_one(
-    reference, path: Path, folder: Path, contract: Mapping, limit: int, device: str = "cpu"
-):
+    reference, path: Path, folder: Path, contract: Mapping, limit: int, device: str = "cpu",
+    hold=contextlib.nullcontext,
+):  # fmt: skip
     """A case record and the output's fingerprint; a missing or unreadable output is a
-    failing case naming why."""
+    failing case naming why. The output is read and fingerprinted outside `hold`."""
     numel = int(reference.numel())
     if not os.path.lexists(path):
         return {"numel": numel, "problem": NO_OUTPUT, "official_pass": False}, None
@@ -147,21 +151,25 @@ def _compare_one(
         output = readback.load_tensors(path, folder, limit)
     except KbfuseError as exc:
         return {"numel": numel, "problem": f"output not read: {exc}", "official_pass": False}, None
-    return compare_on(device, reference, output, contract), compare.fingerprint(output)
+    return compare_on(device, reference, output, contract, hold), compare.fingerprint(output)
 
 
-def compare_on(device: str, reference, output, contract: Mapping) -> dict:
-    """compare.compare_case on `device`; on the CPU where the device has no memory left for
-    the case (other jobs hold it): the same figures, only slower."""
+def compare_on(device: str, reference, output, contract: Mapping, hold=contextlib.nullcontext):
+    """compare.compare_case on `device`, holding `hold()` (the GPU lock, shared) while it uses
+    the device; on the CPU, outside the hold, where the device has no memory left for the
+    case (other jobs hold it): the same figures, only slower."""
     import torch
 
-    try:
-        return compare.compare_case(reference, output, contract, device)
-    except torch.OutOfMemoryError:
-        if device == "cpu":
-            raise
-        torch.cuda.empty_cache()
-        return compare.compare_case(reference, output, contract, "cpu")
+    with hold():
+        try:
+            return compare.compare_case(reference, output, contract, device)
+        except torch.OutOfMemoryError:
+            if device == "cpu":
+                raise
+        finally:
+            if device == "cuda":  # the parent keeps no device memory between its cases
+                torch.cuda.empty_cache()
+    return compare.compare_case(reference, output, contract, "cpu")
 
 
 def compare_all(
@@ -173,6 +181,7 @@ def compare_all(
     expected: bool,
     skipped: dict[str, str] | None = None,
     device: str = "cpu",
+    hold=contextlib.nullcontext,
 ) -> dict:
     """Every planned case (and the output after timing, on official_0's reference) compared
     with the reference under the official check of `contract` (kbfuse.checks.official: the
@@ -182,7 +191,9 @@ def compare_all(
     failing case; otherwise a case without an output is left out (its check is `not_run`; the
     failure already fails the verdict). `skipped`: the cases its report says it skipped
     (only `weights` may be). `device`: where the tensors are compared
-    (kbfuse.candidates.compare)."""
+    (kbfuse.candidates.compare). `hold`: what is held while a case is compared there (the
+    GPU lock, shared), case by case: reading and fingerprinting the files is done outside
+    it, so that a job waiting to have the device alone waits for one case's comparison."""
     import torch
 
     from kbfuse.checks import official
@@ -201,15 +212,15 @@ def compare_all(
         if not isinstance(reference, torch.Tensor):
             raise KbfuseError(f"reference output {ref_path} is not a tensor")
         path = cand_out / "outputs" / f"{name}.pt"
-        record, printed = _compare_one(reference, path, candidate_folder, contract, limit, device)
+        record, printed = _compare_one(
+            reference, path, candidate_folder, contract, limit, device, hold
+        )
         if record["problem"] == NO_OUTPUT and not expected:
             continue
         records[name] = record
         if name != AFTER_TIMING:
             outputs[name] = printed
             references[name] = compare.fingerprint(reference)
-    if device == "cuda":
-        torch.cuda.empty_cache()  # the parent keeps no device memory for the rest of its job
     return {
         **official.tolerance(contract),
         "cases": records,

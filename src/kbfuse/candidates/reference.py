@@ -32,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kbfuse.candidates.childio import (
+    GpuTurns,
     import_file,
     inputs_digest,
     save_tensors,
@@ -126,9 +127,14 @@ def case_inputs(task, case: dict, made: dict) -> list:
 
 
 def run_reference(request: dict, out: Path) -> None:
+    """Every case's reference output (module docstring). The device work of each case (the
+    instance built, its weights changed, the call, the output copied to the host) is one
+    turn on the GPU (childio.GpuTurns: the request's `turns`); the inputs are drawn and the
+    output written to disk between turns, holding nothing."""
     import torch
 
     device = request["device"]
+    turns = GpuTurns(request.get("turns"), device)
     task = import_file(request["task_file"], "kbfuse_check_task")
     cases = build_cases(request)
     models: dict[str, object] = {}
@@ -142,25 +148,28 @@ def run_reference(request: dict, out: Path) -> None:
             made[case["name"]] = inputs
         info["inputs_sha256"][case["name"]] = inputs_digest(inputs)
         instance = case["instance"]
-        if instance not in models:
-            models[instance] = build_instance(
-                task, task.Model, instance_seed(instance, request), device
-            )
-        model = models[instance]
-        if case.get("perturb"):
-            case["perturbed"] = perturb_weights(model)
-        if case["group"] == "official":  # as the evaluator calls its reference
-            output = official.reference_call(model, to_device(inputs, device), case["seed"])
-        else:
-            with torch.no_grad():
-                output = model(*to_device(inputs, device))
-        if not isinstance(output, torch.Tensor):
-            raise TypeError(f"task Model returned {type(output).__name__}, not a tensor")
-        save_tensors(out / "reference" / f"{case['name']}.pt", output.detach().cpu())
+        with turns.turn():
+            if instance not in models:
+                models[instance] = build_instance(
+                    task, task.Model, instance_seed(instance, request), device
+                )
+            model = models[instance]
+            if case.get("perturb"):
+                case["perturbed"] = perturb_weights(model)
+            if case["group"] == "official":  # as the evaluator calls its reference
+                output = official.reference_call(model, to_device(inputs, device), case["seed"])
+            else:
+                with torch.no_grad():
+                    output = model(*to_device(inputs, device))
+            if not isinstance(output, torch.Tensor):
+                raise TypeError(f"task Model returned {type(output).__name__}, not a tensor")
+            host = output.detach().cpu()
+            if case["group"] == "official":
+                trials.append((output.detach(), to_device(inputs, device)))
+        save_tensors(out / "reference" / f"{case['name']}.pt", host)
         if case["name"] == "official_0":
             info["output"] = {"shape": list(output.shape), "dtype": str(output.dtype)}
-        if case["group"] == "official":
-            trials.append((output.detach(), to_device(inputs, device)))
-    info["trivial"] = official.trivial_status(trials, request["contract"])
+    with turns.turn():
+        info["trivial"] = official.trivial_status(trials, request["contract"])
     write_json(out / "cases.json", cases)
     write_json(out / "reference.json", info)

@@ -301,6 +301,64 @@ class Handoff:
         self._stack.close()
 
 
+class Turns:
+    """The parent's side of a trusted child's turns on the GPU (the reference): the child
+    asks for each turn with a file `gpu.{n}.ask` in its folder; the parent takes `lock`
+    shared for it and says so (`gpu.{n}.held`); when the child has finished its device work
+    and synchronized (`gpu.{n}.done`) the parent lets the lock go. Between turns the child
+    holds nothing while it writes its cases to disk, so a job waiting to have the GPU alone
+    waits for one turn, not for the child's whole run. The same interface as Handoff
+    (start, attach, waiting, close): the parent's waits are not the child's time."""
+
+    def __init__(self, lock, folder: Path):
+        self.lock, self.folder = lock, folder
+        self.turn = 0
+        self.held = False
+        self._stack = contextlib.ExitStack()
+        self._thread: threading.Thread | None = None
+
+    def paths(self) -> dict[str, str]:
+        return {"folder": str(self.folder)}
+
+    def _file(self, what: str) -> Path:
+        return self.folder / f"gpu.{self.turn}.{what}"
+
+    def start(self) -> None:
+        for stale in self.folder.glob("gpu.*"):
+            stale.unlink()
+
+    def attach(self, processes) -> None:
+        pass
+
+    def waiting(self) -> bool:
+        """Is the parent waiting for the lock on the child's behalf? (gives up a finished
+        turn's hold, starts the wait for a turn the child has just asked for)"""
+        if self._thread is not None:
+            if self._thread.is_alive():
+                return True
+            self._thread = None
+        if self.held and os.path.lexists(self._file("done")):
+            self._stack.close()
+            self.held = False
+            self.turn += 1
+        if not self.held and os.path.lexists(self._file("ask")):
+            self._thread = threading.Thread(target=self._take, daemon=True)
+            self._thread.start()
+            return True
+        return False
+
+    def _take(self) -> None:
+        self._stack.enter_context(self.lock.shared())
+        self.held = True
+        _create(self._file("held"))
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self._stack.close()
+        self.held = False
+
+
 # ------------------------------------------------------------------ running a child
 
 
@@ -344,12 +402,12 @@ def run_child(
     log: Path,
     binary: str | None,
     env: dict[str, str] | None = None,
-    handoff: Handoff | None = None,
+    handoff: Handoff | Turns | None = None,
 ) -> Outcome:
     """Run one child role on `request` under `limits`, sandboxed by the bwrap at `binary`
     (None: unsandboxed); never raises for what the child does. `env` adds to the child's
-    environment; `handoff` holds the GPU lock for the child (shared, then alone when it
-    asks)."""
+    environment; `handoff` holds the GPU lock for the child: a Handoff (shared, then alone
+    when it asks) or Turns (shared for each turn it asks for)."""
     folder = view.folder
     folder.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)

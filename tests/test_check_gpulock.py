@@ -17,6 +17,8 @@ from contracts import contract_record
 from kbfuse.candidates import compare, readback
 from kbfuse.candidates.check import check_candidate
 
+# checked as the pinned KernelBench's task file (the commit it names): the reference's turns
+PINNED = "4e6d5c3b" * 5
 CONTRACT = contract_record(None)  # the test evaluator's: 1e-4, seed 42, 5 trials
 FIXTURE = Path(__file__).parent / "candidates" / "cpu"
 TASK53 = FIXTURE / "task53_small.py"
@@ -109,7 +111,7 @@ def test_the_candidate_shares_the_device_until_its_guards_and_times_it_alone(tmp
         monkeypatch.setattr(module, name, recorded)
     record = check_candidate(
         FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS,
-        device="cpu", log_dir=logs, lock=lock,
+        device="cpu", log_dir=logs, lock=lock, commit=PINNED,
     )  # fmt: skip
     turn = [("shared", "begin"), ("shared", "end")]
     assert [(how, when) for how, when, _ in lock.events] == [
@@ -144,7 +146,7 @@ def test_a_candidate_that_does_not_build_never_asks_for_the_device_alone(tmp_pat
     lock = RecordingLock(logs)
     record = check_candidate(
         FIXTURE / "probe.py", 2, 53, TASK53, tmp_path / "probe.json", CONTRACT, SETTINGS,
-        device="cpu", log_dir=logs, lock=lock,
+        device="cpu", log_dir=logs, lock=lock, commit=PINNED,
     )  # fmt: skip
     # the reference's 4 turns, the candidate's build; no comparison (no output to compare)
     assert [how for how, when, _ in lock.events if when == "begin"] == ["shared"] * 5
@@ -161,7 +163,7 @@ def test_the_waits_for_the_lock_do_not_count_against_the_time_limit(tmp_path):
     lock = RecordingLock(tmp_path / "logs", alone_wait_s=7.0, shared_waits_s=[3.5] * 4 + [7.0])
     record = check_candidate(
         FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "g.json", CONTRACT, settings, device="cpu",
-        log_dir=tmp_path / "logs", lock=lock,
+        log_dir=tmp_path / "logs", lock=lock, commit=PINNED,
     )  # fmt: skip
     candidate = record["processes"]["candidate"]
     assert candidate["status"] == "exited" and record["verdict"] == "pass"
@@ -174,3 +176,23 @@ def test_the_waits_for_the_lock_do_not_count_against_the_time_limit(tmp_path):
     assert 14.0 <= waits["reference"] < 15.0 and 14.0 <= waits["candidate"] < 15.0
     assert waits["witness"] == 0.0 and 0.0 <= waits["compare"] < 0.5  # no witness on the CPU
     assert waits["candidate"] <= record["phases_s"]["candidate"]
+
+
+def test_a_reference_of_unknown_origin_holds_the_lock_for_its_whole_run(tmp_path, monkeypatch):
+    """A task file that is not the pin's (no commit) may be anyone's code: it could give a turn
+    back and go on using the device, so it gets no turns."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    logs = tmp_path / "logs"
+    lock = RecordingLock(logs)
+    record = check_candidate(
+        FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS,
+        device="cpu", log_dir=logs, lock=lock,
+    )  # fmt: skip
+    assert record["verdict"] == "pass" and record["task"]["commit"] is None
+    assert [(how, when) for how, when, _ in lock.events][:4] == [
+        ("shared", "begin"),  # the reference, its 3 cases written inside the one hold
+        ("shared", "end"),
+        ("shared", "begin"),  # the candidate
+        ("shared", "end"),
+    ]
+    assert lock.written[:2] == [0, 3]

@@ -685,7 +685,7 @@ def test_with_a_gpu_lock_the_candidate_gets_the_handoff_and_the_reference_shares
 
     fake = children(change=same)
     lock = Lock()
-    judge(tmp_path, lock=lock)
+    judge(tmp_path, lock=lock, commit="4e6d5c3b" * 5)  # the pinned task file
     # the reference's turns (its 4 cases and the trivial outputs), then the comparison of
     # each of the 4 cases and the output after timing; the candidate's holds are its Handoff's
     assert held == ["shared"] * 10
@@ -699,6 +699,13 @@ def test_with_a_gpu_lock_the_candidate_gets_the_handoff_and_the_reference_shares
     }
     assert tmp_path / "locks" in cand["view"].hidden
     assert tmp_path / "locks" in ref["view"].hidden
+    # a task file of unknown origin (no commit): no turns, one hold for the reference's run
+    held.clear()
+    fake = children(change=same)
+    (tmp_path / "unknown").mkdir()
+    judge(tmp_path / "unknown", lock=lock)
+    assert held == ["shared"] * 6 and fake.calls[0]["handoff"] is None
+    assert fake.calls[0]["request"]["turns"] is None
 
 
 def test_on_a_gpu_every_child_is_shown_the_device(tmp_path, monkeypatch):

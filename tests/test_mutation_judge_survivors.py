@@ -651,7 +651,7 @@ def test_on_a_gpu_with_a_lock_the_witness_measures_under_it(tmp_path, monkeypatc
     settings = {**SETTINGS, "unsandboxed": True}
     record = check.check_candidate(
         candidate, 2, 53, TASK53, tmp_path / "v.json", CONTRACT, settings, device="cuda",
-        lock=lock,
+        lock=lock, commit="4e6d5c3b" * 5,
     )  # fmt: skip
     assert held == [
         ("reference", False, False, "Turns"),  # its holds are its turns'

@@ -22,10 +22,11 @@ The parent (this process) never imports the candidate. It
      logs beside it. No child ever sees the verdict folder, the log folder or the scratch
      folders of the others.
 With a GPU lock (kbfuse.workflow.gpulock), the reference and the witness share the device with
-other jobs (the reference for each case's device work only, sandbox.Turns: it writes its cases
-holding nothing), and so does the candidate while it builds, runs its cases and builds its
-baselines; for its guards and timing it has the device alone (sandbox.Handoff: the wait is
-not counted against its time limit, and its processes are stopped while the parent waits).
+other jobs (the reference of a pinned task file for each case's device work only,
+sandbox.Turns: it writes its cases holding nothing), and so does the candidate while it
+builds, runs its cases and builds its baselines; for its guards and timing it has the device
+alone (sandbox.Handoff: the wait is not counted against its time limit, and its processes are
+stopped while the parent waits).
 Before step 2 the check reserves the scratch disk its cases will take, in the first of the
 scratch roots where they fit (diskbudget: TMPDIR, or the folders of $KBFUSE_SCRATCH; checks
 beside each other wait for space rather than fill the disk, and one that cannot fit is refused
@@ -228,14 +229,19 @@ def _reference_cases(planned: list[dict], out: Path, folder: Path) -> list[dict]
 
 
 def run_reference(
-    task_file: Path, settings: dict, contract: dict, scratch: Scratch, planned, log, lock=None
-):
+    task_file: Path, settings: dict, contract: dict, scratch: Scratch, planned, log, lock=None,
+    pinned: bool = False,
+):  # fmt: skip
     """The reference's run; with a GPU lock, held shared for each of its turns on the device
-    (sandbox.Turns), not while it writes its cases."""
+    (sandbox.Turns), not while it writes its cases, when `pinned` (the task file is the pinned
+    KernelBench's: the child runs code that gives each turn back when its device work is
+    done); for a task file of unknown origin, held shared for the whole run, as for the
+    candidate: such code could say it was done and go on using the device while another job
+    times."""
     folder = scratch.root / "reference"
     folder.mkdir()
     shutil.copyfile(task_file, folder / "task.py")
-    turns = None if lock is None else Turns(lock, folder)
+    turns = Turns(lock, folder) if lock is not None and pinned else None
     request = {
         "task_file": str(folder / "task.py"),
         "device": scratch.device,
@@ -245,7 +251,8 @@ def run_reference(
         "numerics": settings["numerics"],
         "turns": None if turns is None else turns.paths(),
     }
-    outcome = scratch.child("reference", request, log, handoff=turns)
+    with _holding(None if turns else lock, "shared"):  # without turns: for the whole run
+        outcome = scratch.child("reference", request, log, handoff=turns)
     out = folder / "out"
     try:
         if outcome.status != "exited" or outcome.returncode != 0:
@@ -316,8 +323,12 @@ def lock_waited(lock) -> float | None:
     return float(waited) if isinstance(waited, (int, float)) else None
 
 
-def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dict, lock=None):
-    """Run the reference, candidate and witness children; compare every planned case."""
+def gather(
+    candidate, task_file, settings, contract, scratch: Scratch, logs: dict, lock=None,
+    pinned: bool = False,
+):  # fmt: skip
+    """Run the reference, candidate and witness children; compare every planned case.
+    `pinned`: the task file is the pinned KernelBench's (run_reference)."""
     planned = plan(settings, contract)
     phases, started = {}, time.monotonic()
     waits, waited = {}, lock_waited(lock)
@@ -331,7 +342,7 @@ def gather(candidate, task_file, settings, contract, scratch: Scratch, logs: dic
             waits[phase], waited = round(now - waited, 3), now
 
     cases, info, reference = run_reference(
-        task_file, settings, contract, scratch, planned, logs["reference"], lock
+        task_file, settings, contract, scratch, planned, logs["reference"], lock, pinned
     )
     lap("reference")
     outcome, folder = run_candidate(
@@ -424,6 +435,7 @@ def check_candidate(
                 Scratch(held.folder, binary, device, limits, hidden),
                 logs,
                 lock,
+                pinned=commit is not None,
             )
     except diskbudget.ScratchTooSmall as exc:
         if not record_refusal:

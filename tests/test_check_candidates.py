@@ -123,7 +123,8 @@ def test_a_check_the_scratch_disk_cannot_hold_is_refused_or_recorded(tmp_path, m
     monkeypatch.setenv("KBFUSE_GPU_LOCK_DIR", str(tmp_path))
     monkeypatch.setattr(diskbudget, "free_bytes", lambda path: (1 << 30) + 100_000_000)
     monkeypatch.setattr(check, "run_child", lambda *a, **k: pytest.fail("a child ran"))
-    before = set(Path(tempfile.gettempdir()).glob("kbfuse-check-*"))
+    # the scratch root here: other tests' checks beside this one make and remove theirs in /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     args = (FIXTURE / "good.py", 2, 53, TASK53, tmp_path / "good.json", CONTRACT, SETTINGS)
     with pytest.raises(diskbudget.ScratchTooSmall, match=r"needs about 0\.5 GB .* 0\.1 GB"):
         check_candidate(*args, device="cpu", commit="f" * 40)
@@ -141,7 +142,7 @@ def test_a_check_the_scratch_disk_cannot_hold_is_refused_or_recorded(tmp_path, m
         "why": "needs 0.5 GB of scratch disk, 0.1 GB free here",
         "scratch": {"need_bytes": need, "free_bytes": 100_000_000},
     }
-    assert set(Path(tempfile.gettempdir()).glob("kbfuse-check-*")) == before
+    assert list(tmp_path.glob("kbfuse-check-*")) == []
 
 
 def test_a_correct_candidate_passes_bit_for_bit(verdicts):

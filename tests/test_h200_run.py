@@ -65,8 +65,12 @@ def run(root: Path, commands: str, **env: str) -> subprocess.CompletedProcess:
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is needed (apt-get install bubblewrap; .ci/run installs it)")
     setting = [f"{k}={v}" for k, v in {"OUT": str(root / "return"), **env}.items()]
-    sandbox = ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-               "--bind", str(root), str(root), "--chdir", str(root / "repo"), "--"]  # fmt: skip
+    sandbox = ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # this interpreter and this checkout (kbfuse installed from it) may lie in /tmp too, as
+    # in CI's fresh clone: seen again above the sandbox's own /tmp
+    for folder in (Path(sys.prefix), ROOT):
+        sandbox += ["--ro-bind", str(folder), str(folder)]
+    sandbox += ["--bind", str(root), str(root), "--chdir", str(root / "repo"), "--"]
     path = f"{root / 'bin'}:/usr/bin:/bin"
     command = [*sandbox, "env", f"PATH={path}", *setting, "bash", "-c", commands]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)

@@ -367,6 +367,24 @@ def test_kernel_streams_read_gpu_activity_from_a_chrome_trace(tmp_path):
     assert [k["name"] for k in side["off_stream"]] == ["tail53"]
     assert guards.side_stream_work(caller, caller)["detected"] is False
     assert guards.side_stream_work([], found)["detected"] is False  # no caller stream known
+    assert "first_call" not in side
+
+
+def test_the_first_call_is_recorded_beside_the_call_that_decides(tmp_path):
+    caller = [{"name": "gemm", "cat": "kernel", "stream": 7}]
+    fills = [{"name": "fill", "cat": "kernel", "stream": 29}] * 2
+    first = caller + fills
+    side = guards.side_stream_work(caller, caller, first_call=first)
+    assert side == {
+        "caller_streams": [7],
+        "candidate_streams": [7],
+        "off_stream": [],
+        "detected": False,
+        "first_call": {"candidate_streams": [7, 29], "off_stream": fills, "detected": True},
+    }
+    later = guards.side_stream_work(caller, first, first_call=caller)
+    assert later["detected"] is True and later["first_call"]["detected"] is False
+    assert later["off_stream"] == fills
 
 
 def test_only_a_plain_tensor_is_not_lazy():

@@ -571,3 +571,64 @@ def test_validate_names_the_first_field_by_path_and_cuts_the_message(monkeypatch
     message = str(long.value)
     assert message.startswith("rec: field a.0: 'yyy")
     assert len(message) == len("rec: field a.0: ") + 300
+
+
+# --------------------------------------------------------------------------- first call
+
+GRAPH_FILLS = [
+    {"name": "void at::native::vectorized_elementwise_kernel<2, at::native::FillFunctor<long>"}
+] * 2
+
+
+def side(detected_later: bool, detected_first: bool) -> dict:
+    return {
+        "detected": detected_later,
+        "caller_streams": [7],
+        "candidate_streams": [7, 9] if detected_later else [7],
+        "off_stream": [{"name": "tail"}] if detected_later else [],
+        "first_call": {
+            "detected": detected_first,
+            "candidate_streams": [7, 29] if detected_first else [7],
+            "off_stream": GRAPH_FILLS if detected_first else [],
+        },
+    }
+
+
+def test_side_stream_work_of_the_first_call_alone_passes_and_is_a_finding():
+    """A CUDA graph captured on the first call: PyTorch's bookkeeping fills on the capture
+    stream then, nothing off the caller's stream later (what session 26 saw on the H200)."""
+    guards = {**CLEAN, "side_stream": side(False, True)}
+    assert verdict.guard_checks(guards, "cuda")["side_stream"] == {
+        "status": "pass",
+        "detail": "all GPU work on [7] after the first call (the first also on [7, 29]:"
+        " void at::native::vectorized_elementwise_kernel<2, at::native)",
+    }
+    assert verdict.findings({**record(), "guards": guards}) == ["side_stream_first_call"]
+
+
+def test_side_stream_work_after_the_first_call_fails_whatever_the_first_did():
+    for first in (False, True):
+        guards = {**CLEAN, "side_stream": side(True, first)}
+        check = verdict.guard_checks(guards, "cuda")["side_stream"]
+        assert check == {
+            "status": "fail",
+            "detail": "GPU work on stream(s) [7, 9], caller's [7]: tail",
+        }
+        assert verdict.findings({**record(), "guards": guards}) == []
+
+
+def test_a_record_without_the_first_call_reads_as_before():
+    """Verdicts made before the first call was profiled apart (session 24's) stay valid."""
+    assert verdict.guard_checks(CLEAN, "cuda")["side_stream"]["detail"] == "all GPU work on [7]"
+    quiet = {**CLEAN, "side_stream": side(False, False)}
+    assert verdict.guard_checks(quiet, "cuda")["side_stream"]["detail"] == "all GPU work on [7]"
+    assert verdict.findings({**record(), "guards": quiet}) == []
+
+
+def test_the_report_schema_takes_the_first_call_and_names_a_broken_one():
+    assert verdict.runner_problem({"side_stream": side(False, True)}) is None
+    assert verdict.runner_problem({"side_stream": CLEAN["side_stream"]}) is None
+    broken = side(False, True)
+    del broken["first_call"]["detected"]
+    problem = verdict.runner_problem({"side_stream": broken})
+    assert problem.startswith("field side_stream: {'detected': False,")  # oneOf: null or this

@@ -13,7 +13,11 @@ Detection watches what the candidate's code *does* in its process, not what its 
   else), so work could be deferred to the moment it is looked at.
 - `side_stream`: under torch.profiler, a GPU kernel, copy or fill of the candidate's call ran on
   a stream other than the caller's (the caller's streams are those of the task's own model
-  profiled the same way in the same process).
+  profiled the same way in the same process). The call judged is the instance's second, as
+  every timed call follows a warm-up; its first call is profiled too and recorded beside it
+  (`first_call`), since one-off setup runs there: capturing a CUDA graph runs PyTorch's own
+  bookkeeping kernels on the capture stream, which `torch.cuda.graph` orders with the
+  caller's stream, and the graph's replays then run on the caller's stream.
 - `unfinished_on_caller_stream`: right after the call only the caller's stream is
   synchronised and the output copied on it; the copy is compared bit for bit with the output
   after a device-wide synchronisation. A difference means the result was written by work the
@@ -114,16 +118,26 @@ def profile_streams(fn: Callable[[], Any], trace_path: Path) -> list[dict]:
     return kernel_streams(trace_path)
 
 
-def side_stream_work(caller: list[dict], candidate: list[dict]) -> dict:
-    """Candidate GPU work on a stream the caller's own model never used."""
-    streams = sorted({k["stream"] for k in caller})
+def _off_streams(streams: list, candidate: list[dict]) -> dict:
     other = [k for k in candidate if k["stream"] not in streams]
     return {
-        "caller_streams": streams,
         "candidate_streams": sorted({k["stream"] for k in candidate}),
         "off_stream": other[:20],
         "detected": bool(other) and bool(streams),
     }
+
+
+def side_stream_work(
+    caller: list[dict], candidate: list[dict], first_call: list[dict] | None = None
+) -> dict:
+    """Candidate GPU work on a stream the caller's own model never used. `candidate` is a call
+    after the first (like every timed call) and decides `detected`; `first_call`, when given,
+    is the instance's first call, recorded under "first_call" without deciding anything."""
+    streams = sorted({k["stream"] for k in caller})
+    record = {"caller_streams": streams, **_off_streams(streams, candidate)}
+    if first_call is not None:
+        record["first_call"] = _off_streams(streams, first_call)
+    return record
 
 
 def unfinished_on_caller_stream(fn: Callable[[], Any]) -> bool:

@@ -228,10 +228,13 @@ class Runner:
         caller = guards.profile_streams(
             lambda: self.call(self.model, self.x), self.out / "trace_reference.json"
         )
+        first = guards.profile_streams(
+            lambda: self.call(self.candidate, self.x), self.out / "trace_candidate_first.json"
+        )
         mine = guards.profile_streams(
             lambda: self.call(self.candidate, self.x), self.out / "trace_candidate.json"
         )
-        self.record["side_stream"] = guards.side_stream_work(caller, mine)
+        self.record["side_stream"] = guards.side_stream_work(caller, mine, first_call=first)
         self.record["unfinished_on_caller_stream"] = guards.unfinished_on_caller_stream(
             lambda: self.call(self.candidate, self.x)
         )

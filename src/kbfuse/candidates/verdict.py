@@ -13,7 +13,12 @@ pass means:
   fast_math, ftz    the build flags imply fast math / flush-to-zero, or the witness built with
                     those flags flushes on the device (`ftz_effective`);
   unsandboxed       the children ran without the sandbox (`--unsandboxed`): nothing kept the
-                    candidate from the reference's data, the verdict folder or the network.
+                    candidate from the reference's data, the verdict folder or the network;
+  switches_changed  the candidate changed one of torch's process-wide numerics switches;
+  side_stream_first_call
+                    the instance's first call ran GPU work on another stream, its later calls
+                    did not (one-off setup such as a CUDA graph's capture; no timed call is a
+                    first call).
 
 The record follows src/kbfuse/schemas/check_candidate.json (validated before it is written).
 """
@@ -142,7 +147,15 @@ def guard_checks(guards: Mapping | None, device: str) -> dict[str, dict]:
             f" {', '.join(names[:3])}",
         )
     else:
-        checks["side_stream"] = _check("pass", f"all GPU work on {side['caller_streams']}")
+        detail = f"all GPU work on {side['caller_streams']}"
+        first = side.get("first_call") or {}
+        if first.get("detected"):
+            names = sorted({k["name"][:60] for k in first["off_stream"]})
+            detail += (
+                f" after the first call (the first also on {first['candidate_streams']}:"
+                f" {', '.join(names[:3])})"
+            )
+        checks["side_stream"] = _check("pass", detail)
     unfinished = guards.get("unfinished_on_caller_stream")
     if unfinished is None:
         checks["unfinished_on_caller_stream"] = _check("not_run", "the guard stage did not run")
@@ -241,6 +254,9 @@ def findings(record: Mapping) -> list[str]:
         found.append("ftz_effective")
     if (record["guards"] or {}).get("switches_changed"):
         found.append("switches_changed")
+    side = (record["guards"] or {}).get("side_stream") or {}
+    if not side.get("detected") and (side.get("first_call") or {}).get("detected"):
+        found.append("side_stream_first_call")
     return found
 
 

@@ -157,3 +157,38 @@ def test_chosen_gpu_tests_in_the_background_and_a_warm_machines_second_call(devi
     phases = returned(device, "phases.txt")
     assert "install: already there (warm machine)" in phases
     assert "background tests: " in phases and ", rc 0" in phases
+
+
+def test_a_resumed_audit_compares_params_and_software_not_the_set_of_inputs(device):
+    """Every job lists the code it runs, so comparing the set of inputs would redo every
+    finished verdict after a commit that adds a module (session 26 lost a call so). The
+    pack's verdict is unpacked and the resumed run passes the two triggers; the variable
+    can still ask for the third."""
+    work = device / "repo"
+    shutil.copy(ROOT / "tools" / "resume-unpack.sh", work / "tools")
+    staged = device / "staged"
+    verdict = staged / "results" / "audit" / "c" / "verdicts" / "m" / "l2_t1_x.json"
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text("{}")
+    (work / "resume").mkdir()
+    with tarfile.open(work / "resume" / "results.tar.gz", "w:gz") as pack:
+        pack.add(staged / "results", arcname="results")
+    for extra, triggers in (
+        ({}, ["params", "software-env"]),
+        (
+            {"RESUME_RERUN_TRIGGERS": "params input software-env"},
+            ["params", "input", "software-env"],
+        ),
+    ):
+        (device / "calls.log").unlink(missing_ok=True)
+        done = run(device, "bash tools/h200-run.sh bg-audit,wait", WAIT_UNTIL="60", **extra)
+        assert done.returncode == 0, done.stderr
+        audit = next(c for c in calls(device) if c[:2] == ["-m", "snakemake"])
+        at = audit.index("--rerun-triggers")
+        assert audit[at + 1 : at + 1 + len(triggers)] == triggers
+        assert audit[at + 1 + len(triggers)] == "--resources"
+        phases = returned(device, "phases.txt")
+        assert (
+            "resumed from resume/results.tar.gz (tools/resume-pack.sh): 1 audit verdicts" in phases
+        )
+        assert (work / verdict.relative_to(staged)).exists()

@@ -80,16 +80,17 @@ fi
 # unpacked once per machine before anything runs, with the KernelBench checkout made again from
 # .kb, so that a background run an ended machine cut short goes on where it stopped
 # (tools/resume-unpack.sh: why the files' times are set to now). The resumed run compares
-# params, the set of inputs and the software (RESUME_TRIGGERS); RESUME_RERUN_TRIGGERS="params
-# software-env" leaves out the set of inputs, for a resume across a commit that adds a file
-# every job lists (a new record schema: each job's code inputs list every schema) without
-# changing what the jobs compute.
+# params and the software (RESUME_TRIGGERS), not the set of inputs: every job lists the code it
+# runs (each module, each schema), so a commit that adds a file would redo every finished job
+# without changing what one computes (session 26's first call redid 55 audit verdicts so).
+# RESUME_RERUN_TRIGGERS="params input software-env" compares the set too; to redo jobs that
+# a change does concern, leave their outputs out of the pack (tools/resume-pack.sh PATH...).
 RESUME_TRIGGERS=()
 pack="${RESUME_PACK-resume/results.tar.gz}"
 if [ -n "$pack" ] && [ -f "$pack" ]; then
   bash tools/resume-unpack.sh "$pack" /tmp/kbfuse-resumed | tee -a "$OUT/phases.txt" || exit 1
   # shellcheck disable=SC2206  # the triggers: words on purpose
-  RESUME_TRIGGERS=(--rerun-triggers ${RESUME_RERUN_TRIGGERS:-params input software-env})
+  RESUME_TRIGGERS=(--rerun-triggers ${RESUME_RERUN_TRIGGERS:-params software-env})
   echo "resumed from $pack (tools/resume-pack.sh):" \
     "$(find results/audit -path '*/verdicts/*.json' 2> /dev/null | wc -l) audit verdicts," \
     "$(find results/survey -path '*/tasks/*.json' 2> /dev/null | wc -l) survey records" \

@@ -29,7 +29,7 @@ BLOCKS = ("events", "cold_l2", "graph")
 NOT_RECORDED = "not recorded"
 
 
-def _seconds(block: Any, names: tuple[str, ...]) -> dict[str, float]:
+def named_seconds(block: Any, names: tuple[str, ...]) -> dict[str, float]:
     if not isinstance(block, dict):
         return {}
     return {
@@ -69,9 +69,9 @@ def check_row(path: Path) -> dict[str, Any]:
         "numerics": path.parent.name,
         "verdict": record["verdict"],
         "failed_checks": list(record.get("failed_checks") or []),
-        "phases_s": _seconds(record.get("phases_s"), PHASES),
-        "lock_wait_s": _seconds(record.get("lock_wait_s"), PHASES),
-        "stage_s": _seconds(record.get("stage_s"), STAGES),
+        "phases_s": named_seconds(record.get("phases_s"), PHASES),
+        "lock_wait_s": named_seconds(record.get("lock_wait_s"), PHASES),
+        "stage_s": named_seconds(record.get("stage_s"), STAGES),
         "blocks": {block: block_end(record.get("timing"), block, rounds) for block in BLOCKS},
         "scratch_gb": round(estimated / 1e9, 2) if isinstance(estimated, int) else 0.0,
         "scratch_filesystem": scratch.get("filesystem") or NOT_RECORDED,

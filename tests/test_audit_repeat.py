@@ -161,3 +161,35 @@ def test_the_time_of_each_run_is_summed_over_the_pairs(runs):
     assert "| phase candidate | 50.0 | 30.0 |" in text
     assert "| of which waiting for the GPU lock: candidate | not recorded | 20.0 |" in text
     assert "| candidate stage (self-reported) build | 20.0 | not recorded |" in text
+
+
+def test_a_speedup_one_run_lacks_is_left_out_of_the_agreement(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    write(first, "l2_t1", verdict(events=speedup(2.0, 1.0), graph=speedup(2.0, 1.0)))
+    write(second, "l2_t1", verdict("fail", ["runtime_error"]))  # timing never ran
+    broken = speedup(3.0, 1.5)
+    broken["over_best_compiled"] = {"balanced": None}
+    write(first, "l2_t2", verdict(events=speedup(3.0, 1.5), cold_l2="not a block"))
+    write(second, "l2_t2", verdict(events=broken))
+    report = audit_repeat(first, second)
+    rows = {r["entry"]: r for r in report["rows"]}
+    assert rows["l2_t1"]["speedup"] == {}
+    events = rows["l2_t2"]["speedup"]["events"]
+    assert events["over_best_compiled"] == [1.5, None]
+    assert events["over_best_compiled_ratio"] is None and events["over_eager_ratio"] == 1.0
+    assert report["speedup_agreement"] == {
+        "events": {
+            "over_eager": {
+                "pairs": 1,
+                "median_ratio": 1.0,
+                "geomean_ratio": 1.0,
+                "median_distance": 0.0,
+                "max_distance": 0.0,
+                "within_5pct": 1,
+                "within_10pct": 1,
+            },
+            "over_best_compiled": {"pairs": 0},
+        }
+    }
+    text = report_markdown(report, "a", "b")
+    assert "| events | best compiled |" not in text and "| events | eager | 1 |" in text

@@ -632,3 +632,10 @@ def test_the_report_schema_takes_the_first_call_and_names_a_broken_one():
     del broken["first_call"]["detected"]
     problem = verdict.runner_problem({"side_stream": broken})
     assert problem.startswith("field side_stream: {'detected': False,")  # oneOf: null or this
+
+
+def test_the_first_calls_work_is_named_three_at_most_in_order():
+    first = side(False, True)
+    first["first_call"]["off_stream"] = [{"name": n} for n in ("d", "b", "a", "c", "a")]
+    detail = verdict.guard_checks({**CLEAN, "side_stream": first}, "cuda")["side_stream"]["detail"]
+    assert detail == "all GPU work on [7] after the first call (the first also on [7, 29]: a, b, c)"

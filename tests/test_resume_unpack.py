@@ -93,6 +93,19 @@ def test_a_resumed_run_redoes_only_the_records_the_archive_lacks(returned):
     assert _planned(work) == {"results/b.txt"}
 
 
+def test_a_working_tree_written_within_the_same_second_is_still_older(returned):
+    """The files' one time is now to the nanosecond: a source file written a moment before,
+    within the same second, must not look newer than the records (a whole-second time did:
+    every record of the changed source would be redone)."""
+    work, archive, marker = returned
+    while time.time() % 1 > 0.2:  # early in a second, so the unpacking most likely ends in it
+        time.sleep(0.01)
+    written = time.time()
+    os.utime(work / "src" / "code.py", (written, written))
+    assert _unpack(work, archive, marker).returncode == 0
+    assert _planned(work) == {"results/b.txt"}
+
+
 def test_plain_unpacking_would_redo_every_record_the_changed_source_made(returned):
     work, archive, _ = returned
     with tarfile.open(archive) as tar:

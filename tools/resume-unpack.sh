@@ -6,12 +6,13 @@
 # MARKER (a file outside the working tree) keeps the archive's checksum: a later call on the
 # same warm machine unpacks nothing, so the archive never overwrites what a run still going in
 # the background has written since.
-# One time for all, later than the working tree's copy: Snakemake reruns a job whose input file
-# is newer than its output and differs from the recorded checksum, whatever --rerun-triggers
+# One time for all (to the nanosecond: the working tree may be copied within the same second),
+# later than the working tree's copy: Snakemake reruns a job whose input file is newer than its
+# output and differs from the recorded checksum, whatever --rerun-triggers
 # says (snakemake/snakemake#2328). The working tree here is copied fresh at every call, so
 # without this every source file a record depends on would be "newer", and a change to any of
 # them would redo every record of an earlier commit. With it, the resumed run redoes what its
-# params, its set of inputs or its software say, and the jobs whose outputs the pack left out.
+# params (and the triggers it is given) say, and the jobs whose outputs the pack left out.
 # The checkout is made with kbfuse's own pin_kernelbench (the project installed).
 set -euo pipefail
 usage="usage: bash tools/resume-unpack.sh ARCHIVE MARKER"
@@ -45,7 +46,7 @@ PY
   rm -f "$pin"
   entries=$(printf '%s\n' "$entries"; find results/kernelbench/checkout)
 fi
-now=$(date +%s)
+now=$(date +%s.%N)
 printf '%s\n' "$entries" | tr '\n' '\0' | xargs -0 touch -h -d "@$now"
 echo "$sum" > "$marker"
 echo "unpacked $archive ($(printf '%s\n' "$entries" | wc -l) entries, their times set to now)"

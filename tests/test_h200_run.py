@@ -42,7 +42,8 @@ def device(tmp_path):
     work = tmp_path / "repo"
     (work / "tools").mkdir(parents=True)
     (work / "config").mkdir()
-    shutil.copy(ROOT / "tools" / "h200-run.sh", work / "tools")
+    for tool in ("h200-run.sh", "device-settings.sh"):
+        shutil.copy(ROOT / "tools" / tool, work / "tools")
     (work / "config" / "config.yaml").write_text(f"kernelbench:\n  commit: {PIN}\n")
     (work / ".whl").mkdir()
     (work / ".whl" / "stub-1.0-py3-none-any.whl").write_bytes(b"")

@@ -80,9 +80,9 @@ def test_ci_creates_one_virtualenv_with_the_readme_line():
 
 
 NEWCOMER_FILES = ("README.md", "config/README.md", "docs", "profiles", "envs", ".ci", "tools")
-# h200-run.sh works in the GPU machine's own scratch folders; resume-plan.sh plans its run
-# here with the same corpus path, which is among the audit's params
-DEVICE_PATHS = ("h200-run.sh", "resume-plan.sh")
+# h200-run.sh works in the GPU machine's own scratch folders, and device-settings.sh names the
+# corpus path it gives the audit (among the audit's params, so resume-plan.sh uses it too)
+DEVICE_PATHS = ("h200-run.sh", "device-settings.sh")
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home|tmp)/|\.\./shared|DESIGN\.md")
 
 

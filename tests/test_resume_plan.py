@@ -61,7 +61,7 @@ def repo(tmp_path):
     shutil.copytree(first / "src", work / "src")
     (work / "src" / "more.py").write_text("print('a module added since')\n")
     (work / "Snakefile").write_text(SNAKEFILE.format(inputs='"src/code.py", "src/more.py"'))
-    for tool in ("resume-plan.sh", "resume-unpack.sh"):
+    for tool in ("resume-plan.sh", "resume-unpack.sh", "device-settings.sh"):
         shutil.copy(ROOT / "tools" / tool, work / "tools" / tool)
     git(work, "init", "-q")
     git(work, "add", ".")

@@ -27,6 +27,8 @@ what="${1:-all}"
 shift || true
 [ "$what" = all ] && what=study,benchmarks,tests
 has() { case ",$what," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+# shellcheck source=tools/device-settings.sh
+source tools/device-settings.sh  # the corpus path, the resume's triggers, the audit's items
 export PYTHONUNBUFFERED=1
 # one folder of GPU locks and scratch reservations for every job of the call, whatever TMPDIR
 # a phase runs with (the tests below have their own)
@@ -72,25 +74,21 @@ fi
 # xz-compressed as .corpus/cuda_l1_h100.json.xz (3.3 MB of JSON in 0.24 MB, so that the call stays
 # under its 64 MiB): the audit's GPU test and `bg-audit` read them from /tmp/corpus.
 if [ -f .corpus/cuda_l1_h100.json.xz ]; then
-  mkdir -p /tmp/corpus && xz -dc .corpus/cuda_l1_h100.json.xz > /tmp/corpus/cuda_l1_h100.json
-  export KBFUSE_AUDIT_CUDA_L1=/tmp/corpus/cuda_l1_h100.json
+  mkdir -p "$(dirname "$DEVICE_CORPUS")" && xz -dc .corpus/cuda_l1_h100.json.xz > "$DEVICE_CORPUS"
+  export KBFUSE_AUDIT_CUDA_L1="$DEVICE_CORPUS"
 fi
 # resume/results.tar.gz (RESUME_PACK; tracked: tools/resume-pack.sh makes it from a returned
 # archive, and an empty RESUME_PACK starts afresh): an earlier call's results and .snakemake,
 # unpacked once per machine before anything runs, with the KernelBench checkout made again from
 # .kb, so that a background run an ended machine cut short goes on where it stopped
-# (tools/resume-unpack.sh: why the files' times are set to now). The resumed run compares
-# params and the software (RESUME_TRIGGERS), not the set of inputs: every job lists the code it
-# runs (each module, each schema), so a commit that adds a file would redo every finished job
-# without changing what one computes (session 26's first call redid 55 audit verdicts so).
-# RESUME_RERUN_TRIGGERS="params input software-env" compares the set too; to redo jobs that
-# a change does concern, leave their outputs out of the pack (tools/resume-pack.sh PATH...).
+# (tools/resume-unpack.sh: why the files' times are set to now), with the triggers of
+# tools/device-settings.sh (resume_triggers: why not the set of inputs).
 RESUME_TRIGGERS=()
 pack="${RESUME_PACK-resume/results.tar.gz}"
 if [ -n "$pack" ] && [ -f "$pack" ]; then
   bash tools/resume-unpack.sh "$pack" /tmp/kbfuse-resumed | tee -a "$OUT/phases.txt" || exit 1
   # shellcheck disable=SC2206  # the triggers: words on purpose
-  RESUME_TRIGGERS=(--rerun-triggers ${RESUME_RERUN_TRIGGERS:-params software-env})
+  RESUME_TRIGGERS=(--rerun-triggers $(resume_triggers))
   echo "resumed from $pack (tools/resume-pack.sh):" \
     "$(find results/audit -path '*/verdicts/*.json' 2> /dev/null | wc -l) audit verdicts," \
     "$(find results/survey -path '*/tasks/*.json' 2> /dev/null | wc -l) survey records" \
@@ -263,12 +261,13 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
   audit_scratch_mb=$(python3 -m kbfuse.workflow.cli scratch --mb) || exit 1
   export audit_scratch_mb
   audit_run() {  # in start_bg's own bash: exported names only
+    local audit_config
+    mapfile -t audit_config < <(audit_items)
     # shellcheck disable=SC2086  # resume_triggers: words on purpose
     python3 -m snakemake --cores "$(nproc)" --keep-going audit results/env/fingerprint.json \
       $resume_triggers \
       --resources gpu=1 "gpu_jobs=${AUDIT_JOBS:-6}" "scratch_mb=$audit_scratch_mb" --config "$kb" \
-      "audit={corpus: $KBFUSE_AUDIT_CUDA_L1, mapping: cuda_l1, name: cuda_l1_h100}" \
-      ${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"}
+      "${audit_config[@]}"
     local audited=$?
     [ -z "${AUDIT_THEN_SURVEY:-}" ] && return $audited
     echo "== $(date -u +%FT%TZ) audit (rc $audited), then the survey: $AUDIT_THEN_SURVEY"
@@ -276,7 +275,8 @@ if has bg-audit; then  # CUDA-L1's H100 level-2 kernels, checked on this GPU (do
     local surveyed=$?
     return $(( audited || surveyed ))
   }
-  export -f audit_run
+  export DEVICE_CORPUS
+  export -f audit_run audit_items
   start_bg audit audit_run
 fi
 if has bg-fused2; then

@@ -2,9 +2,9 @@
 # What the next device call's resumed run would do, planned here before any device time is
 # spent: a clone of this checkout's HEAD in a temporary folder, resume/results.tar.gz unpacked
 # into it as tools/h200-run.sh unpacks it (tools/resume-unpack.sh), then a Snakemake dry run of
-# TARGET with the resume's triggers (RESUME_RERUN_TRIGGERS, as h200-run.sh). Prints the jobs it
-# would run by rule, then their reasons counted. Session 26 learnt on the device, two calls
-# late, that its resumed audit was redoing 55 finished verdicts.
+# TARGET with the triggers and items h200-run.sh gives it (tools/device-settings.sh). Prints
+# the jobs it would run by rule, then their reasons counted. Session 26 learnt on the device,
+# two calls late, that its resumed audit was redoing 55 finished verdicts.
 #   usage: bash tools/resume-plan.sh TARGET [CONFIG_ITEM...]
 #   TARGET `audit` reads the carried corpus (.corpus/cuda_l1_h100.json.xz) and passes
 #   h200-run.sh's audit items (and AUDIT_SPREAD's); any other target gets the KernelBench item
@@ -22,6 +22,8 @@ for carried in .kb .corpus; do  # carried to the device, not tracked
   if [ -e "$carried" ]; then cp -r "$carried" "$work/repo/$carried"; fi
 done
 cd "$work/repo"
+# shellcheck source=tools/device-settings.sh
+source tools/device-settings.sh
 bash tools/resume-unpack.sh resume/results.tar.gz "$work/marker" >&2
 items=()
 if [ -f config/config.yaml ]; then
@@ -29,17 +31,16 @@ if [ -f config/config.yaml ]; then
   items+=("kernelbench={url: $PWD/.kb/KernelBench.git, commit: $pin}")
 fi
 if [ "$target" = audit ]; then
-  mkdir -p /tmp/corpus  # the path h200-run.sh gives the corpus: it is among the audit's params
-  xz -dc .corpus/cuda_l1_h100.json.xz > /tmp/corpus/cuda_l1_h100.json
-  items+=("audit={corpus: /tmp/corpus/cuda_l1_h100.json, mapping: cuda_l1, name: cuda_l1_h100}")
-  items+=(${AUDIT_SPREAD:+"check={timing: {spread: $AUDIT_SPREAD}}"})
+  mkdir -p "$(dirname "$DEVICE_CORPUS")"
+  xz -dc .corpus/cuda_l1_h100.json.xz > "$DEVICE_CORPUS"
+  mapfile -t -O "${#items[@]}" items < <(audit_items)
 fi
 items+=("$@")
 config=()
 [ ${#items[@]} -gt 0 ] && config=(--config "${items[@]}")
 # shellcheck disable=SC2086  # the triggers: words on purpose
 python3 -m snakemake --dry-run --cores 1 "$target" \
-  --rerun-triggers ${RESUME_RERUN_TRIGGERS:-params software-env} "${config[@]}" > "$work/plan.log" 2>&1 \
+  --rerun-triggers $(resume_triggers) "${config[@]}" > "$work/plan.log" 2>&1 \
   || { cat "$work/plan.log" >&2; exit 1; }
 awk '/^Job stats:/ {on = 1} on {print} on && /^total/ {exit}' "$work/plan.log"
 echo "reasons:"

@@ -41,7 +41,7 @@ def verdict_files(audit: Path) -> dict[tuple[str, str], Path]:
 def _read(path: Path) -> tuple[bytes, dict]:
     raw = read_limited(path)
     record = parse_json(raw, str(path))
-    if not isinstance(record, dict) or record.get("kind") not in ("check_candidate",):
+    if not isinstance(record, dict) or record.get("kind") != "check_candidate":
         raise KbfuseError(f"{path}: not a check_candidate verdict")
     return raw, record
 

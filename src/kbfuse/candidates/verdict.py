@@ -118,6 +118,11 @@ def correctness_checks(correctness: Mapping, planned: list[dict]) -> dict[str, d
     return checks
 
 
+def _off_stream_names(profile: Mapping) -> str:
+    """The first three names, in order, of the work a profile saw off the caller's streams."""
+    return ", ".join(sorted({k["name"][:60] for k in profile["off_stream"]})[:3])
+
+
 def guard_checks(guards: Mapping | None, device: str) -> dict[str, dict]:
     if guards is None:
         return {
@@ -140,20 +145,18 @@ def guard_checks(guards: Mapping | None, device: str) -> dict[str, dict]:
     if side is None:
         checks["side_stream"] = _check("not_run", "the guard stage did not run")
     elif side["detected"]:
-        names = sorted({k["name"][:60] for k in side["off_stream"]})
         checks["side_stream"] = _check(
             "fail",
             f"GPU work on stream(s) {side['candidate_streams']}, caller's {side['caller_streams']}:"
-            f" {', '.join(names[:3])}",
+            f" {_off_stream_names(side)}",
         )
     else:
         detail = f"all GPU work on {side['caller_streams']}"
         first = side.get("first_call") or {}
         if first.get("detected"):
-            names = sorted({k["name"][:60] for k in first["off_stream"]})
             detail += (
                 f" after the first call (the first also on {first['candidate_streams']}:"
-                f" {', '.join(names[:3])})"
+                f" {_off_stream_names(first)})"
             )
         checks["side_stream"] = _check("pass", detail)
     unfinished = guards.get("unfinished_on_caller_stream")
